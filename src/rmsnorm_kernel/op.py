@@ -1,0 +1,80 @@
+"""The Triton path as a PyTorch operator: ``torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps)``.
+
+Registered with ``torch.library.custom_op`` so that ``torch.compile`` treats it as one opaque call (no
+graph break), with a fake implementation for tracing and an autograd formula that calls a second
+custom op, ``rmsnorm_kernel::rmsnorm_backward``, for dx and dgamma.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import kernels
+from .contract import check_backward_scratch, check_forward
+from .reference import DEFAULT_EPS
+
+# How many times the forward and backward wrappers ran, as in Triton's tutorial: a training run that
+# silently stayed on the reference path shows zeros here.
+_CALLS = {"forward": 0, "backward": 0}
+
+
+def call_counts() -> dict[str, int]:
+    """Calls of the Triton path since import or the last ``reset_call_counts()``: ``{"forward", "backward"}``."""
+    return dict(_CALLS)
+
+
+def reset_call_counts() -> None:
+    for key in _CALLS:
+        _CALLS[key] = 0
+
+
+@torch.library.custom_op("rmsnorm_kernel::rmsnorm", mutates_args=())
+def _rmsnorm_op(x: Tensor, gamma: Tensor, eps: float) -> Tensor:
+    check_forward(x, gamma, eps)
+    _CALLS["forward"] += 1
+    return kernels.rmsnorm_forward(x, gamma, eps)
+
+
+@_rmsnorm_op.register_fake
+def _rmsnorm_fake(x: Tensor, gamma: Tensor, eps: float) -> Tensor:
+    check_forward(x, gamma, eps)
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("rmsnorm_kernel::rmsnorm_backward", mutates_args=())
+def _rmsnorm_backward_op(dy: Tensor, x: Tensor, gamma: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    check_backward_scratch(x)
+    _CALLS["backward"] += 1
+    # Autograd may hand over a broadcast (stride-0) gradient, e.g. from y.sum(); the kernel reads rows.
+    return kernels.rmsnorm_backward(dy.contiguous(), x, gamma, eps)
+
+
+@_rmsnorm_backward_op.register_fake
+def _rmsnorm_backward_fake(dy: Tensor, x: Tensor, gamma: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    return torch.empty_like(x), torch.empty_like(gamma)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, gamma, eps = inputs
+    # Runs only when a gradient is needed: refuse a backward that could not run now, not later.
+    check_backward_scratch(x)
+    ctx.save_for_backward(x, gamma)
+    ctx.eps = eps
+
+
+def _backward(ctx, dy: Tensor):
+    x, gamma = ctx.saved_tensors
+    dx, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(dy, x, gamma, ctx.eps)
+    return dx, dgamma, None
+
+
+_rmsnorm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS) -> Tensor:
+    """RMSNorm over the last dimension through the Triton kernels; differentiable in x and gamma.
+
+    Raises ``ContractError`` for inputs the kernels cannot handle (see ``contract.py``).
+    """
+    return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps)

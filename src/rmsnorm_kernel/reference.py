@@ -1,0 +1,43 @@
+"""The oracle: RMSNorm written as plainly as PyTorch allows, and its backward written out by hand.
+
+    r  = rsqrt(mean(x^2 over the last dim) + eps)      one value per row
+    y  = x * r * gamma
+
+Backward, with u = dy * gamma and means taken over the N columns of a row:
+
+    dx     = r * u - x * r^3 * mean(u * x)
+    dgamma = sum over rows of (dy * x * r)              a sum over rows, never a mean
+"""
+
+from __future__ import annotations
+
+import torch
+
+DEFAULT_EPS = 1e-6
+
+
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """float64 inputs are computed in float64; everything else in float32 (half formats lose too much)."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def rmsnorm_reference(x: torch.Tensor, gamma: torch.Tensor, eps: float = DEFAULT_EPS) -> torch.Tensor:
+    """``y = x * rsqrt(mean(x^2) + eps) * gamma`` over the last dimension, returned in x's dtype."""
+    ct = compute_dtype(x)
+    xc = x.to(ct)
+    r = torch.rsqrt(xc.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return (xc * r * gamma.to(ct)).to(x.dtype)
+
+
+def manual_backward(
+    x: torch.Tensor, gamma: torch.Tensor, dy: torch.Tensor, eps: float = DEFAULT_EPS
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The explicit backward formulas (no autograd): returns ``(dx, dgamma)`` in x's and gamma's dtypes."""
+    ct = compute_dtype(x)
+    n = x.shape[-1]
+    xc, dyc, gc = x.to(ct), dy.to(ct), gamma.to(ct)
+    r = torch.rsqrt(xc.pow(2).mean(dim=-1, keepdim=True) + eps)
+    u = dyc * gc
+    dx = r * u - xc * r.pow(3) * (u * xc).sum(dim=-1, keepdim=True) / n
+    dgamma = (dyc * xc * r).reshape(-1, n).sum(dim=0)
+    return dx.to(x.dtype), dgamma.to(gamma.dtype)

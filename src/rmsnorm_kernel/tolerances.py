@@ -1,0 +1,64 @@
+"""The declared tolerances of the Triton path against the oracle, and the rule that applies them.
+
+Declared here, once, before any comparison; tests and check commands import them and never loosen them.
+A result passes when ``|actual - expected| <= atol + rtol * |expected|`` elementwise (``torch.allclose``).
+
+- float32: atol 1e-5, rtol 1e-4 (Triton's tutorial). Both sides compute in float32; they differ only in
+  the order of the sums.
+- float16: atol = rtol = 3e-3, about three units of float16's epsilon (2^-10 ~ 9.8e-4).
+- bfloat16: atol = rtol = 3 * 2^-7 ~ 2.3e-2, the same three units of bfloat16's epsilon (2^-7, it keeps
+  8 significant bits against float16's 11). Both sides compute in float32 and round once to bfloat16,
+  so a reordered float32 sum can move a result by one bfloat16 unit; three leave room for dx, where
+  two rounded terms nearly cancel.
+- float64 (used by gradient checks of the reference only): atol 1e-10, rtol 1e-8.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+TOLERANCES: dict[torch.dtype, Tolerance] = {
+    torch.float32: Tolerance(atol=1e-5, rtol=1e-4),
+    torch.float16: Tolerance(atol=3e-3, rtol=3e-3),
+    torch.bfloat16: Tolerance(atol=3 * 2**-7, rtol=3 * 2**-7),
+    torch.float64: Tolerance(atol=1e-10, rtol=1e-8),
+}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    max_abs: float
+    max_rel: float
+    ok: bool
+    tolerance: Tolerance
+
+
+def compare(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None) -> Comparison:
+    """Apply the allclose rule with the tolerance declared for ``dtype`` (default: ``expected.dtype``).
+
+    Non-finite values must match exactly (NaN where the oracle has NaN, the same infinities).
+    """
+    tol = TOLERANCES[dtype or expected.dtype]
+    if actual.shape != expected.shape:
+        raise ValueError(f"compare: shapes differ, {tuple(actual.shape)} against {tuple(expected.shape)}")
+    a = actual.detach().to(torch.float64).cpu()
+    e = expected.detach().to(torch.float64).cpu()
+    diff = (a - e).abs()
+    finite = torch.isfinite(e) & torch.isfinite(a)
+    same_nonfinite = bool(torch.equal(torch.isnan(a), torch.isnan(e))) and bool(
+        torch.equal(a[torch.isinf(e)], e[torch.isinf(e)])
+    ) and bool(torch.equal(torch.isinf(a), torch.isinf(e)))
+    d, ef = diff[finite], e[finite].abs()
+    max_abs = float(d.max()) if d.numel() else 0.0
+    max_rel = float((d / ef.clamp_min(torch.finfo(torch.float64).tiny)).max()) if d.numel() else 0.0
+    ok = same_nonfinite and bool((d <= tol.atol + tol.rtol * ef).all())
+    return Comparison(max_abs=max_abs, max_rel=max_rel, ok=ok, tolerance=tol)
