@@ -58,6 +58,7 @@ def _rmsnorm_backward_fake(dy: Tensor, x: Tensor, gamma: Tensor, eps: float) -> 
 def _setup_context(ctx, inputs, output) -> None:
     x, gamma, eps = inputs
     # Runs only when a gradient is needed: refuse a backward that could not run now, not later.
+    # (``rmsnorm()`` checks this before the forward; this covers direct calls of the op.)
     check_backward_scratch(x)
     ctx.save_for_backward(x, gamma)
     ctx.eps = eps
@@ -75,6 +76,11 @@ _rmsnorm_op.register_autograd(_backward, setup_context=_setup_context)
 def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS) -> Tensor:
     """RMSNorm over the last dimension through the Triton kernels; differentiable in x and gamma.
 
-    Raises ``ContractError`` for inputs the kernels cannot handle (see ``contract.py``).
+    Raises ``ContractError`` for inputs the kernels cannot handle (see ``contract.py``), before any
+    kernel runs. The op checks again, for callers of ``torch.ops.rmsnorm_kernel.rmsnorm``; checking here
+    first also catches arguments the dispatcher would convert or refuse in its own words (``eps=True``).
     """
+    check_forward(x, gamma, eps)
+    if torch.is_grad_enabled() and (x.requires_grad or gamma.requires_grad):
+        check_backward_scratch(x)
     return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps)

@@ -1,0 +1,74 @@
+"""Every contract violation is refused with ContractError, a message naming the problem, and no kernel run."""
+
+import pytest
+import torch
+
+from rmsnorm_kernel import ContractError, call_counts, kernels, rmsnorm
+from rmsnorm_kernel.contract import DGAMMA_SCRATCH_BUDGET_BYTES, MAX_N
+
+
+@pytest.fixture
+def no_kernel_may_run(monkeypatch):
+    """Replace the launchers so that any launch fails the test: a rejection must come before it."""
+
+    def launched(*args, **kwargs):
+        raise AssertionError("a kernel was launched for an input the contract should have refused")
+
+    monkeypatch.setattr(kernels, "rmsnorm_forward", launched)
+    monkeypatch.setattr(kernels, "rmsnorm_backward", launched)
+
+
+CASES = {
+    # name: (builder(device) -> (x, gamma, eps, requires_grad), message regex)
+    "x_not_contiguous": (lambda d: (torch.randn(8, 6, device=d).t(), torch.ones(8, device=d), 1e-6), r"x is not contiguous.*accepted: a contiguous tensor"),
+    "gamma_not_contiguous": (lambda d: (torch.randn(4, 6, device=d), torch.ones(12, device=d)[::2], 1e-6), r"gamma is not contiguous"),
+    "x_float64": (lambda d: (torch.randn(4, 6, device=d, dtype=torch.float64), torch.ones(6, device=d, dtype=torch.float64), 1e-6), r"x has dtype torch.float64; accepted: float32, float16 or bfloat16"),
+    "x_int": (lambda d: (torch.ones(4, 6, device=d, dtype=torch.int32), torch.ones(6, device=d), 1e-6), r"x has dtype torch.int32"),
+    "gamma_float64": (lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d, dtype=torch.float64), 1e-6), r"gamma has dtype torch.float64"),
+    "dtypes_differ": (lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d, dtype=torch.float16), 1e-6), r"x and gamma have dtypes torch.float32 and torch.float16; accepted: the same dtype, or x float16/bfloat16 with gamma float32"),
+    "half_pair_differs": (lambda d: (torch.randn(4, 6, device=d, dtype=torch.float16), torch.ones(6, device=d, dtype=torch.bfloat16), 1e-6), r"have dtypes torch.float16 and torch.bfloat16"),
+    "devices_differ": (lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device="meta"), 1e-6), r"x and gamma are on .* and meta; accepted: both on the same device"),
+    "device_not_served": (lambda d: (torch.randn(4, 6, device="meta"), torch.ones(6, device="meta"), 1e-6), r"x is on meta; accepted: (cpu|cuda) tensors"),
+    "gamma_wrong_length": (lambda d: (torch.randn(4, 6, device=d), torch.ones(7, device=d), 1e-6), r"gamma has shape \(7,\); accepted: shape \(6,\)"),
+    "gamma_2d": (lambda d: (torch.randn(4, 6, device=d), torch.ones(1, 6, device=d), 1e-6), r"gamma has shape \(1, 6\)"),
+    "x_empty": (lambda d: (torch.randn(0, 6, device=d), torch.ones(6, device=d), 1e-6), r"x is empty \(shape \(0, 6\)\); accepted: at least one element"),
+    "x_0d": (lambda d: (torch.tensor(1.0, device=d), torch.ones(1, device=d), 1e-6), r"x is a 0-d tensor"),
+    "eps_zero": (lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), 0.0), r"eps is 0.0; accepted: a finite number > 0"),
+    "eps_negative": (lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), -1e-6), r"eps is -1e-06"),
+    "eps_nan": (lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), float("nan")), r"eps is nan"),
+    "eps_inf": (lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), float("inf")), r"eps is inf"),
+    "eps_bool": (lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), True), r"eps is True"),
+    "eps_str": (lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), "1e-6"), r"eps is '1e-6'"),
+    "x_not_tensor": (lambda d: ([[1.0, 2.0]], torch.ones(2, device=d), 1e-6), r"x is a list; accepted: a torch.Tensor"),
+    "n_too_large": (lambda d: (torch.randn(2, MAX_N + 1, device=d), torch.ones(MAX_N + 1, device=d), 1e-6), rf"x has rows of N = {MAX_N + 1} elements; accepted: N <= {MAX_N}"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_contract_violation_is_refused_before_any_kernel(name, device, no_kernel_may_run):
+    build, message = CASES[name]
+    x, gamma, eps = build(device)
+    before = call_counts()
+    x_before = x.clone() if isinstance(x, torch.Tensor) and x.device.type != "meta" else None
+    with pytest.raises(ContractError, match=message):
+        rmsnorm(x, gamma, eps)
+    assert call_counts() == before
+    if x_before is not None:
+        assert torch.equal(x, x_before)
+
+
+def test_direct_op_call_is_checked_too(device, no_kernel_may_run):
+    with pytest.raises(ContractError, match="x has dtype torch.float64"):
+        torch.ops.rmsnorm_kernel.rmsnorm(torch.randn(2, 4, dtype=torch.float64, device=device), torch.ones(4, dtype=torch.float64, device=device), 1e-6)
+
+
+def test_dgamma_scratch_over_budget_is_refused_when_a_gradient_is_needed(device, no_kernel_may_run):
+    n = 4096
+    rows = DGAMMA_SCRATCH_BUDGET_BYTES // (4 * n) + 1
+    x = torch.empty(rows, n, device=device).requires_grad_()
+    with pytest.raises(ContractError, match=r"needs a dgamma scratch of .* MiB in the backward; accepted: rows \* N \* 4 bytes <= 64 MiB"):
+        rmsnorm(x, torch.ones(n, device=device))
+
+
+def test_contract_error_is_a_value_error():
+    assert issubclass(ContractError, ValueError)

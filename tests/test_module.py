@@ -1,0 +1,50 @@
+"""The RMSNorm module: both paths agree, and the choice of path never changes parameters or RNG use."""
+
+import pytest
+import torch
+
+from rmsnorm_kernel import RMSNorm
+from rmsnorm_kernel.tolerances import compare
+
+
+def test_weight_starts_at_ones_and_is_learnable():
+    m = RMSNorm(257)
+    assert m.weight.requires_grad
+    assert torch.equal(m.weight, torch.ones(257))
+
+
+def test_impl_choice_does_not_touch_the_random_generator():
+    torch.manual_seed(7)
+    RMSNorm(64, impl="triton")
+    after_triton = torch.rand(4)
+    torch.manual_seed(7)
+    RMSNorm(64, impl="reference")
+    after_reference = torch.rand(4)
+    assert torch.equal(after_triton, after_reference)
+
+
+def test_both_impls_compute_the_same_output_and_gradients(device):
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 257, device=device)
+    outs = {}
+    for impl in ("triton", "reference"):
+        m = RMSNorm(257, impl=impl).to(device)
+        with torch.no_grad():
+            m.weight.copy_(torch.linspace(0.5, 1.5, 257))
+        xi = x.clone().requires_grad_()
+        y = m(xi)
+        y.pow(2).sum().backward()
+        outs[impl] = (y.detach(), xi.grad, m.weight.grad)
+    for got, want in zip(outs["triton"], outs["reference"]):
+        assert compare(got, want).ok
+
+
+def test_unknown_impl_is_refused_with_the_accepted_values():
+    with pytest.raises(ValueError, match=r"impl is 'cuda'.*'triton', 'reference'"):
+        RMSNorm(8, impl="cuda")
+
+
+@pytest.mark.parametrize("shape", [(4, 4), 0, ()])
+def test_normalized_shape_must_be_one_positive_int(shape):
+    with pytest.raises(ValueError, match="normalized_shape"):
+        RMSNorm(shape)

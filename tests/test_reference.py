@@ -1,0 +1,61 @@
+"""The oracle: hand-worked numbers, float64 gradcheck, and the explicit backward against autograd."""
+
+import pytest
+import torch
+
+from rmsnorm_kernel import manual_backward, rmsnorm_reference
+from rmsnorm_kernel.tolerances import compare
+
+# Triton tutorial's hand-worked example: x = [3, 4], mean(x^2) = 12.5, r = 1/sqrt(12.5 + 1e-6).
+HAND_ATOL = 1e-6
+
+
+def test_reference_matches_hand_worked_forward():
+    x = torch.tensor([[3.0, 4.0]])
+    y = rmsnorm_reference(x, torch.tensor([1.0, 1.0]))
+    torch.testing.assert_close(y, torch.tensor([[0.848528, 1.131371]]), atol=HAND_ATOL, rtol=0)
+    y = rmsnorm_reference(x, torch.tensor([2.0, 0.5]))
+    torch.testing.assert_close(y, torch.tensor([[1.697056, 0.565685]]), atol=HAND_ATOL, rtol=0)
+
+
+def test_manual_backward_matches_hand_worked_dx():
+    dx, dgamma = manual_backward(torch.tensor([[3.0, 4.0]]), torch.tensor([1.0, 1.0]), torch.tensor([[1.0, 2.0]]))
+    torch.testing.assert_close(dx, torch.tensor([[-0.090510, 0.067882]]), atol=HAND_ATOL, rtol=0)
+    # dgamma = dy * x * r = [1 * 3, 2 * 4] / sqrt(12.5)
+    torch.testing.assert_close(dgamma, torch.tensor([0.848528, 2.262742]), atol=HAND_ATOL, rtol=0)
+
+
+def test_reference_passes_float64_gradcheck():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 7, dtype=torch.float64, generator=g, requires_grad=True)
+    gamma = (1 + 0.5 * torch.randn(7, dtype=torch.float64, generator=g)).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: rmsnorm_reference(a, b), (x, gamma))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (17, 7), (4, 257), (2, 3, 33)])
+def test_manual_backward_matches_autograd_of_reference_float64(shape):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(shape, dtype=torch.float64, generator=g, requires_grad=True)
+    gamma = (1 + 0.5 * torch.randn(shape[-1], dtype=torch.float64, generator=g)).requires_grad_()
+    dy = torch.randn(shape, dtype=torch.float64, generator=g)
+    rmsnorm_reference(x, gamma).backward(dy)
+    dx, dgamma = manual_backward(x.detach(), gamma.detach(), dy)
+    assert compare(dx, x.grad).ok, compare(dx, x.grad)
+    assert compare(dgamma, gamma.grad).ok, compare(dgamma, gamma.grad)
+
+
+def test_dgamma_is_a_sum_over_rows_not_a_mean():
+    x = torch.ones(4, 3, dtype=torch.float64)
+    dy = torch.ones(4, 3, dtype=torch.float64)
+    _, dgamma = manual_backward(x, torch.ones(3, dtype=torch.float64), dy)
+    # each row contributes dy * x * r = 1 / sqrt(1 + eps); four rows sum to about 4
+    torch.testing.assert_close(dgamma, torch.full((3,), 4.0, dtype=torch.float64), atol=1e-5, rtol=0)
+
+
+def test_reference_computes_half_inputs_in_float32_and_returns_their_dtype():
+    x = torch.full((1, 4), 300.0, dtype=torch.float16)  # 300^2 overflows float16, not float32
+    y = rmsnorm_reference(x, torch.ones(4, dtype=torch.float16))
+    assert y.dtype == torch.float16
+    assert torch.isfinite(y).all()
+    assert compare(y, torch.ones(1, 4, dtype=torch.float16)).ok
+
