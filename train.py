@@ -1,0 +1,21 @@
+"""Train Linear -> RMSNorm -> SiLU -> Linear with the Triton or the reference RMSNorm path.
+
+    python train.py                              # the defaults (conf/config.yaml): Triton path, seed 0
+    python train.py norm=reference seed=3 trainer.max_steps=200 data.batch_size=64
+    python train.py -m norm=reference,triton     # both paths from the same seed, then a side-by-side summary
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+from rmsnorm_kernel import config  # noqa: F401  (registers the typed schema before Hydra composes)
+from rmsnorm_kernel.training import main as train_main
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig):
+    return train_main(cfg)
+
+
+if __name__ == "__main__":
+    main()
