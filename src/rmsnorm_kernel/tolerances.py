@@ -11,6 +11,10 @@ A result passes when ``|actual - expected| <= atol + rtol * |expected|`` element
   so a reordered float32 sum can move a result by one bfloat16 unit; three leave room for dx, where
   two rounded terms nearly cancel.
 - float64 (used by gradient checks of the reference only): atol 1e-10, rtol 1e-8.
+
+Training curves of the two paths (same seed, same batches) are compared step by step with
+``TRAINING_CURVE_RTOL``: the paths differ only by float32 reordering inside the norm (about 1e-7
+relative), which Adam's updates carry forward over the run's steps.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ TOLERANCES: dict[torch.dtype, Tolerance] = {
     torch.bfloat16: Tolerance(atol=3 * 2**-7, rtol=3 * 2**-7),
     torch.float64: Tolerance(atol=1e-10, rtol=1e-8),
 }
+
+TRAINING_CURVE_RTOL = 1e-3
 
 
 @dataclass(frozen=True)
