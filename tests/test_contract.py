@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from rmsnorm_kernel import ContractError, call_counts, kernels, rmsnorm
-from rmsnorm_kernel.contract import DGAMMA_SCRATCH_BUDGET_BYTES, MAX_N
+from rmsnorm_kernel import ContractError, call_counts, contract, kernels, rmsnorm
+from rmsnorm_kernel.contract import DGAMMA_SCRATCH_BUDGET_BYTES, MAX_N, dgamma_scratch_bytes
 
 
 @pytest.fixture
@@ -20,7 +20,10 @@ def no_kernel_may_run(monkeypatch):
 
 CASES = {
     # name: (builder(device) -> (x, gamma, eps, requires_grad), message regex)
-    "x_not_contiguous": (lambda d: (torch.randn(8, 6, device=d).t(), torch.ones(8, device=d), 1e-6), r"x is not contiguous.*accepted: a contiguous tensor"),
+    "x_last_dim_strided": (lambda d: (torch.randn(8, 6, device=d).t(), torch.ones(8, device=d), 1e-6), r"x has a last dimension of stride 6 .*accepted: a last dimension of stride 1 and rows at one uniform stride"),
+    "x_every_other_column": (lambda d: (torch.randn(4, 12, device=d)[:, ::2], torch.ones(6, device=d), 1e-6), r"x has a last dimension of stride 2"),
+    "x_rows_at_two_strides": (lambda d: (torch.randn(4, 6, 8, device=d)[:, :3, :], torch.ones(8, device=d), 1e-6), r"x has rows that no single row stride reaches \(shape \(4, 3, 8\), strides \(48, 8, 1\)\)"),
+    "x_batch_transposed": (lambda d: (torch.randn(3, 4, 8, device=d).transpose(0, 1), torch.ones(8, device=d), 1e-6), r"x has rows that no single row stride reaches"),
     "gamma_not_contiguous": (lambda d: (torch.randn(4, 6, device=d), torch.ones(12, device=d)[::2], 1e-6), r"gamma is not contiguous"),
     "x_float64": (lambda d: (torch.randn(4, 6, device=d, dtype=torch.float64), torch.ones(6, device=d, dtype=torch.float64), 1e-6), r"x has dtype torch.float64; accepted: float32, float16 or bfloat16"),
     "x_int": (lambda d: (torch.ones(4, 6, device=d, dtype=torch.int32), torch.ones(6, device=d), 1e-6), r"x has dtype torch.int32"),
@@ -62,11 +65,34 @@ def test_direct_op_call_is_checked_too(device, no_kernel_may_run):
         torch.ops.rmsnorm_kernel.rmsnorm(torch.randn(2, 4, dtype=torch.float64, device=device), torch.ones(4, dtype=torch.float64, device=device), 1e-6)
 
 
-def test_dgamma_scratch_over_budget_is_refused_when_a_gradient_is_needed(device, no_kernel_may_run):
+def test_max_n_is_65536():
+    assert MAX_N == 65536
+
+
+@pytest.mark.parametrize("n", [1, 257, 4096, 8192, 8193, 32768, MAX_N])
+def test_dgamma_scratch_is_bounded_whatever_the_number_of_rows(n, device):
+    """The scratch is partial rows * N * 4 bytes with a number of partial rows that stops growing with M."""
+    sizes = [dgamma_scratch_bytes(rows, n, device) for rows in (10**5, 10**6, 10**8)]
+    assert sizes[0] == sizes[1] == sizes[2] > 0
+    assert sizes[0] == kernels.max_dgamma_scratch_rows(n, torch.device(device)) * n * 4
+    assert sizes[0] <= DGAMMA_SCRATCH_BUDGET_BYTES
+    assert dgamma_scratch_bytes(10**8, n, device) < 10**8 * n * 4 // 1000  # far below the old M x N scratch
+
+
+def test_a_small_problem_needs_no_dgamma_scratch(device):
+    assert dgamma_scratch_bytes(4, 257, device) == 0  # one program writes dgamma itself
+
+
+def test_dgamma_scratch_over_budget_is_refused_when_a_gradient_is_needed(device, no_kernel_may_run, monkeypatch):
     n = 4096
-    rows = DGAMMA_SCRATCH_BUDGET_BYTES // (4 * n) + 1
+    rows = 10**4
+    need = dgamma_scratch_bytes(rows, n, device)
+    monkeypatch.setattr(contract, "DGAMMA_SCRATCH_BUDGET_BYTES", need - 1)
     x = torch.empty(rows, n, device=device).requires_grad_()
-    with pytest.raises(ContractError, match=r"needs a dgamma scratch of .* MiB in the backward; accepted: rows \* N \* 4 bytes <= 64 MiB"):
+    with pytest.raises(ContractError, match=r"needs a dgamma scratch of .* MiB in the backward; accepted: partial rows \* N \* 4 bytes <= "):
+        rmsnorm(x, torch.ones(n, device=device))
+    with torch.no_grad():  # no gradient, no backward, no scratch: the forward is not refused
+        monkeypatch.setattr(kernels, "rmsnorm_forward", lambda x, gamma, eps: x)
         rmsnorm(x, torch.ones(n, device=device))
 
 

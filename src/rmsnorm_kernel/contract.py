@@ -13,9 +13,11 @@ import torch
 
 from .backend import backend, kernel_device_type
 
-#: Largest row length: a whole row is held in one program's registers (BLOCK = next_power_of_2(N)).
-MAX_N = 4096
-#: The backward writes one float32 dgamma contribution per element of x before summing it per column.
+#: Largest row length. Rows up to kernels.ROW_LIMIT lanes are held whole in registers; longer ones are
+#: walked in column chunks, and the dgamma scratch (partial rows * N * 4 bytes) is sized for this N.
+MAX_N = 65536
+#: The backward's float32 dgamma scratch: one row of N partial sums per persistent program (about two
+#: per multiprocessor), whatever the number of rows of x.
 DGAMMA_SCRATCH_BUDGET_BYTES = 64 * 2**20
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Mixed precision as autocast and Lightning's "16-mixed"/"bf16-mixed" produce it: half x, float32 gamma.
@@ -50,9 +52,8 @@ def check_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> None:
         _fail("x and gamma", f"are on {x.device} and {gamma.device}", "both on the same device")
     if x.device.type != kernel_device_type():
         _fail("x", f"is on {x.device}", f"{kernel_device_type()} tensors (the kernels run on the {backend()} backend)")
-    for name, t in (("x", x), ("gamma", gamma)):
-        if not t.is_contiguous():
-            _fail(name, f"is not contiguous (shape {tuple(t.shape)}, strides {tuple(t.stride())})", "a contiguous tensor")
+    if not gamma.is_contiguous():
+        _fail("gamma", f"is not contiguous (shape {tuple(gamma.shape)}, strides {tuple(gamma.stride())})", "a contiguous tensor")
     if x.dim() == 0:
         _fail("x", "is a 0-d tensor", "a tensor of shape (..., N)")
     n = x.shape[-1]
@@ -60,24 +61,51 @@ def check_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> None:
         _fail("gamma", f"has shape {tuple(gamma.shape)}", f"shape ({n},), the last dimension of x")
     if x.numel() == 0:
         _fail("x", f"is empty (shape {tuple(x.shape)})", "at least one element")
+    _check_row_layout(x, n)
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
         _fail("eps", f"is {eps!r}", "a finite number > 0")
     if n > MAX_N:
         _fail("x", f"has rows of N = {n} elements", f"N <= {MAX_N}")
 
 
-def dgamma_scratch_bytes(rows: int, n: int) -> int:
-    return rows * n * 4
+_LAYOUT_ACCEPTED = "a last dimension of stride 1 and rows at one uniform stride (a contiguous tensor, or a slice x[..., :N] of one)"
+
+
+def _check_row_layout(x: torch.Tensor, n: int) -> None:
+    """The kernels address element (row, j) as row * row_stride + j: the last dimension must be contiguous
+    and the leading dimensions must flatten to one row index with a single stride, without a copy."""
+    if n != 1 and x.stride(-1) != 1:
+        _fail("x", f"has a last dimension of stride {x.stride(-1)} (shape {tuple(x.shape)}, strides {tuple(x.stride())})", _LAYOUT_ACCEPTED)
+    if x.dim() > 2:
+        try:
+            x.view(-1, n)
+        except RuntimeError:
+            _fail(
+                "x",
+                f"has rows that no single row stride reaches (shape {tuple(x.shape)}, strides {tuple(x.stride())})",
+                _LAYOUT_ACCEPTED,
+            )
+
+
+def dgamma_scratch_bytes(rows: int, n: int, device: torch.device | str | None = None) -> int:
+    """Bytes of the float32 dgamma scratch the backward allocates for ``rows`` rows of ``n`` on ``device``."""
+    from . import kernels  # late: kernels imports triton, which must come after backend
+
+    device = torch.device(device) if device is not None else torch.device(kernel_device_type())
+    return kernels.dgamma_scratch_rows(rows, n, device) * n * 4
 
 
 def check_backward_scratch(x: torch.Tensor) -> None:
-    """The backward needs one float32 per element of x for dgamma's per-row contributions."""
+    """The backward's dgamma scratch (partial rows * N float32, bounded whatever the number of rows) must
+    fit the budget."""
     n = x.shape[-1]
     rows = x.numel() // n
-    need = dgamma_scratch_bytes(rows, n)
+    if not (isinstance(n, int) and isinstance(rows, int)):
+        return  # symbolic shapes while tracing: the backward op checks again with real ones
+    need = dgamma_scratch_bytes(rows, n, x.device)
     if need > DGAMMA_SCRATCH_BUDGET_BYTES:
         _fail(
             "x",
             f"of shape {tuple(x.shape)} needs a dgamma scratch of {need / 2**20:.1f} MiB in the backward",
-            f"rows * N * 4 bytes <= {DGAMMA_SCRATCH_BUDGET_BYTES // 2**20} MiB",
+            f"partial rows * N * 4 bytes <= {DGAMMA_SCRATCH_BUDGET_BYTES / 2**20:g} MiB",
         )

@@ -6,113 +6,368 @@ Each kernel sits next to the formula it computes (see ``reference.py`` for the o
     backward  u = dy * gamma;  dx = r * u - x * r^3 * sum(u * x) / N
               dgamma = sum over rows of (dy * x * r)
 
-One program handles one row. A row of N elements is loaded into BLOCK = next_power_of_2(N) lanes; the
-lanes past N are masked and read as 0, so they add nothing to the sums, but they are not elements:
-every mean divides by N, never by BLOCK.
+Two shapes of kernel, chosen by the row length N:
+
+- Whole rows (BLOCK_N = next_power_of_2(N) <= ROW_LIMIT): a program holds BLOCK_M complete rows in
+  registers, so x and dy are read from memory once. The lanes past N are masked and read as 0: they add
+  nothing to the sums, but they are not elements, so every mean divides by N, never by BLOCK_N.
+- Looped rows (N > ROW_LIMIT, up to contract.MAX_N = 65536): a row does not fit in one program's
+  registers, so the kernels walk it in column chunks of BLOCK_N.
 
 The backward recomputes r from the row of x it loads anyway rather than reading a saved copy: the
 custom op returns y alone, and the recomputation costs arithmetic, not memory traffic.
 
-dgamma is reduced without atomics: each row writes its own float32 contribution to a (rows, N) scratch
-and a second kernel sums the scratch per column in a fixed order, so the result is the same bits run
-after run.
+dgamma is reduced without atomics, deterministically. The backward runs a fixed number P of persistent
+programs (about two per multiprocessor); program p visits the row tiles p, p + P, p + 2P, ... in order and
+keeps a float32 sum of its rows' dy * x * r in registers, written once at the end as row p of a (P, N)
+float32 scratch. A second kernel sums that scratch per column in a fixed order. P depends only on the
+row length and the GPU's multiprocessor count, so the bits are the same run after run on the same GPU,
+and the scratch is bounded by P * N * 4 bytes whatever the number of rows.
+
+Rows are addressed through their row stride (the last dimension must be contiguous), so a slice such as
+``x[:, :N]`` of a wider tensor is read in place. Row offsets are 64-bit: ``row * stride`` may pass 2**31.
 
 The launchers assume arguments that passed ``contract.check_forward``.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
 
+from .backend import CUDA, backend
+
+# --------------------------------------------------------------------------------------------------
+# Whole rows: forward
+# --------------------------------------------------------------------------------------------------
+
 
 @triton.jit
-def _rmsnorm_fwd_kernel(X, GAMMA, Y, row_stride, N, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)  # 64-bit offsets: row * row_stride may pass 2**31
-    cols = tl.arange(0, BLOCK)
-    mask = cols < N
+def _rmsnorm_fwd_kernel(X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # BLOCK_M rows per program: short rows share a program so that each one moves enough bytes.
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # int64: rows * stride may pass 2**31
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    mask = (rows < M)[:, None] & col_mask[None, :]
     # Cast to float32 at load time, before the reduction: squares of float16/bfloat16 values lose
     # precision (and float16 overflows above 256^2) if summed in the input format.
-    x = tl.load(X + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    gamma = tl.load(GAMMA + cols, mask=mask, other=0.0).to(tl.float32)
-    mean_sq = tl.sum(x * x, axis=0) / N  # N, not BLOCK: masked lanes are padding, not data
+    x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
+    mean_sq = tl.sum(x * x, axis=1) / N  # N, not BLOCK_N: masked lanes are padding, not data
     r = 1.0 / tl.sqrt(mean_sq + eps)
-    y = x * r * gamma
-    tl.store(Y + row * row_stride + cols, y.to(Y.dtype.element_ty), mask=mask)
+    y = x * r[:, None] * gamma[None, :]
+    tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+# --------------------------------------------------------------------------------------------------
+# Whole rows: backward (dx and the per-program dgamma partials in one pass over x and dy)
+# --------------------------------------------------------------------------------------------------
 
 
 @triton.jit
-def _rmsnorm_bwd_dx_kernel(DY, X, GAMMA, DX, DGAMMA_PARTIAL, row_stride, N, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < N
-    x = tl.load(X + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(DY + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    gamma = tl.load(GAMMA + cols, mask=mask, other=0.0).to(tl.float32)
-    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)  # the forward's r, same logical N
-    u = dy * gamma
-    mean_ux = tl.sum(u * x, axis=0) / N  # N again: the padding lanes hold u * x = 0
-    dx = r * u - x * (r * r * r) * mean_ux
-    tl.store(DX + row * row_stride + cols, dx.to(DX.dtype.element_ty), mask=mask)
-    # This row's private dgamma contribution, kept in float32 until the column sum.
-    tl.store(DGAMMA_PARTIAL + row * N + cols, dy * x * r, mask=mask)
-
-
-@triton.jit
-def _dgamma_column_sum_kernel(PARTIAL, DGAMMA, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _rmsnorm_bwd_kernel(
+    DY, X, GAMMA, DX, DGAMMA_OUT, M, N, stride_dy, stride_x, stride_dx, eps,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
     pid = tl.program_id(0)
-    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    num_programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for start in range(0, M, BLOCK_M):  # a fixed order of rows: deterministic, no atomics
-        rows = start + tl.arange(0, BLOCK_M)
-        mask = (rows[:, None] < M) & col_mask[None, :]
-        offsets = rows[:, None].to(tl.int64) * N + cols[None, :]
-        acc += tl.load(PARTIAL + offsets, mask=mask, other=0.0)
-    total = tl.sum(acc, axis=0)
-    tl.store(DGAMMA + cols, total.to(DGAMMA.dtype.element_ty), mask=col_mask)
+    gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
+    # This program's share of dgamma, kept in float32 registers across all its rows (no M x N scratch).
+    dgamma_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # Persistent: tiles pid, pid + P, ... in a fixed order, so the float32 sum is the same every run.
+    for tile in range(pid, tl.cdiv(M, BLOCK_M), num_programs):
+        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
+        mask = (rows < M)[:, None] & col_mask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        r = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)  # the forward's r, same logical N
+        u = dy * gamma[None, :]
+        mean_ux = tl.sum(u * x, axis=1) / N  # N again: the padding lanes hold u * x = 0
+        dx = r[:, None] * u - x * (r * r * r * mean_ux)[:, None]
+        tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        dgamma_acc += dy * x * r[:, None]  # masked rows and lanes hold dy = x = 0: they add nothing
+    # Row pid of the (P, N) float32 partials; with P == 1 this is dgamma itself, in gamma's dtype.
+    dgamma = tl.sum(dgamma_acc, axis=0)
+    tl.store(DGAMMA_OUT + pid.to(tl.int64) * N + cols, dgamma.to(DGAMMA_OUT.dtype.element_ty), mask=col_mask)
 
 
-DGAMMA_BLOCK_M = 32
-DGAMMA_BLOCK_N = 128
+# --------------------------------------------------------------------------------------------------
+# Looped rows (N > ROW_LIMIT): forward
+# --------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _rmsnorm_fwd_looped_kernel(X, GAMMA, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = X + row * stride_x
+    y_row = Y + row * stride_y
+    cols = tl.arange(0, BLOCK_N)
+    # Pass 1: sum(x^2) over the row, chunk by chunk, in float32 lanes reduced once at the end.
+    sum_sq = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0).to(tl.float32)
+        sum_sq += x * x
+    r = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)
+    # Pass 2 walks the chunks backwards: the ones read last in pass 1 are the likeliest still in L2,
+    # so the second read of x mostly comes from cache rather than memory.
+    num_chunks = tl.cdiv(N, BLOCK_N)
+    for i in range(0, num_chunks):
+        start = (num_chunks - 1 - i) * BLOCK_N
+        mask = start + cols < N
+        x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+        gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_row + start + cols, (x * r * gamma).to(Y.dtype.element_ty), mask=mask)
+
+
+# --------------------------------------------------------------------------------------------------
+# Looped rows: backward in two steps, because dx needs two whole-row sums before its first element
+# --------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _rmsnorm_bwd_row_stats_kernel(DY, X, GAMMA, RSTD, COEF, N, stride_dy, stride_x, eps, BLOCK_N: tl.constexpr):
+    # Per row: r, and coef = r^3 * mean(u * x), the two numbers dx = r * u - x * coef needs.
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    sum_sq = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    sum_ux = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        mask = start + cols < N
+        x = tl.load(X + row * stride_x + start + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + row * stride_dy + start + cols, mask=mask, other=0.0).to(tl.float32)
+        gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(tl.float32)
+        sum_sq += x * x
+        sum_ux += dy * gamma * x
+    r = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)
+    tl.store(RSTD + row, r)
+    tl.store(COEF + row, r * r * r * (tl.sum(sum_ux, axis=0) / N))
+
+
+@triton.jit
+def _rmsnorm_bwd_looped_kernel(
+    DY, X, GAMMA, DX, PARTIAL, RSTD, COEF, M, N, stride_dy, stride_x, stride_dx,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # Program (p, s): column segment s of the rows p, p + P, ...; its dgamma share stays in registers
+    # because a segment, unlike a 65536-wide row, fits there.
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
+    dgamma_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for tile in range(pid, tl.cdiv(M, BLOCK_M), num_programs):
+        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
+        row_mask = rows < M
+        mask = row_mask[:, None] & col_mask[None, :]
+        r = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+        coef = tl.load(COEF + rows, mask=row_mask, other=0.0)
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dx = r[:, None] * (dy * gamma[None, :]) - x * coef[:, None]
+        tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        dgamma_acc += dy * x * r[:, None]
+    tl.store(PARTIAL + pid.to(tl.int64) * N + cols, tl.sum(dgamma_acc, axis=0), mask=col_mask)
+
+
+# --------------------------------------------------------------------------------------------------
+# dgamma: the second pass over the (P, N) float32 partials
+# --------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _dgamma_column_sum_kernel(PARTIAL, DGAMMA, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    acc = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    for start in range(0, P, BLOCK_P):  # a fixed order of partial rows: deterministic, no atomics
+        rows = start + tl.arange(0, BLOCK_P)
+        mask = (rows < P)[:, None] & col_mask[None, :]
+        acc += tl.load(PARTIAL + rows[:, None].to(tl.int64) * N + cols[None, :], mask=mask, other=0.0)
+    tl.store(DGAMMA + cols, tl.sum(acc, axis=0).to(DGAMMA.dtype.element_ty), mask=col_mask)
+
+
+# --------------------------------------------------------------------------------------------------
+# Launch plans: block shapes, warps and the number of persistent programs, by size
+# --------------------------------------------------------------------------------------------------
+
+#: Widest row (BLOCK_N) held whole in registers. The backward keeps x, dy, gamma and a float32 dgamma
+#: accumulator of that width per program; at 8192 lanes that is already a quarter of a multiprocessor's
+#: register file, so wider rows take the looped kernels.
+ROW_LIMIT = 8192
+#: Column chunk of the looped kernels.
+LOOP_BLOCK_N = 4096
+LOOP_WARPS = 8
+#: Column segment and rows per tile of the looped backward's dx/dgamma kernel.
+SEG_BLOCK_N = 1024
+SEG_BLOCK_M = 4
+SEG_WARPS = 8
+#: Persistent backward programs per multiprocessor.
+PROGRAMS_PER_SM = 2
+#: Up to this many elements (rows * BLOCK_N) the backward runs as one program of up to 8192-element
+#: tiles that writes dgamma itself: one launch fewer, which matters more than GPU time for the small
+#: shapes whose cost is all host overhead (0 turns this off).
+SINGLE_PROGRAM_MAX_ELEMENTS = 65536
+#: The second pass's tile.
+SUM_BLOCK_P = 32
+SUM_BLOCK_N = 128
+#: The interpreter stands in for a GPU of this many multiprocessors (a few programs, quick on the CPU).
+INTERPRETER_SM_COUNT = 2
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int | None) -> int:
+    if backend() != CUDA:
+        return INTERPRETER_SM_COUNT
+    return torch.cuda.get_device_properties(device_index if device_index is not None else torch.cuda.current_device()).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    """Multiprocessors of the GPU that holds ``device`` tensors (a fixed stand-in under the interpreter)."""
+    return _sm_count(device.index if device.type == "cuda" else None)
 
 
 def block_size(n: int) -> int:
     return triton.next_power_of_2(n)
 
 
-def num_warps_for(block: int) -> int:
-    # As in Triton's layer-norm tutorial: one warp per 256 lanes, between 1 and 8.
-    return min(max(block // 256, 1), 8)
+def whole_row_tile(block_n: int) -> tuple[int, int]:
+    """(BLOCK_M rows per program, num_warps) for whole rows of ``block_n`` lanes.
+
+    About 2048 to 4096 elements per program, 16 of them (four 16-byte float32 vectors) per thread: short
+    rows are grouped so that a program still moves that much, long rows get more warps.
+    """
+    block_m = max(1, min(16, 2048 // block_n))
+    tile = block_m * block_n
+    num_warps = max(1, min(16, tile // 512))
+    return block_m, num_warps
 
 
-def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
-    """y = rmsnorm(x) * gamma in x's dtype, for contiguous x of shape (..., N)."""
+@dataclass(frozen=True)
+class Plan:
+    """How one (rows, N) problem is launched; the same plan for every call of that shape on one GPU."""
+
+    looped: bool
+    #: Lanes per row (whole rows) or per chunk (looped) of the forward and of the looped row statistics.
+    block_n: int
+    fwd_block_m: int
+    fwd_warps: int
+    #: Tile of the backward's dx/dgamma kernel: BLOCK_M rows by BLOCK_N columns (a segment when looped).
+    bwd_block_m: int
+    bwd_block_n: int
+    bwd_warps: int
+    #: Persistent backward programs along the rows = rows of the float32 dgamma scratch (0: none, the
+    #: single program writes dgamma directly).
+    partial_rows: int
+    #: Backward grid: (programs along rows, column segments).
+    bwd_grid: tuple[int, int]
+
+
+@functools.lru_cache(maxsize=4096)
+def plan(rows: int, n: int, sms: int) -> Plan:
+    """The launch plan for ``rows`` rows of ``n`` elements on a GPU with ``sms`` multiprocessors."""
+    block_n = block_size(n)
+    if block_n <= ROW_LIMIT:
+        block_m, warps = whole_row_tile(block_n)
+        if rows * block_n <= SINGLE_PROGRAM_MAX_ELEMENTS:
+            bwd_block_m = min(triton.next_power_of_2(rows), max(1, 8192 // block_n))
+            bwd_warps = max(1, min(16, bwd_block_m * block_n // 512))
+            return Plan(False, block_n, block_m, warps, bwd_block_m, block_n, bwd_warps, 0, (1, 1))
+        programs = min(triton.cdiv(rows, block_m), PROGRAMS_PER_SM * sms)
+        return Plan(False, block_n, block_m, warps, block_m, block_n, warps, programs, (programs, 1))
+    segments = triton.cdiv(n, SEG_BLOCK_N)
+    programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), triton.cdiv(PROGRAMS_PER_SM * sms, segments)))
+    return Plan(True, LOOP_BLOCK_N, 1, LOOP_WARPS, SEG_BLOCK_M, SEG_BLOCK_N, SEG_WARPS, programs, (programs, segments))
+
+
+def dgamma_scratch_rows(rows: int, n: int, device: torch.device) -> int:
+    """Rows of the float32 (P, N) dgamma scratch the backward allocates for this problem."""
+    return plan(rows, n, sm_count(device)).partial_rows
+
+
+def max_dgamma_scratch_rows(n: int, device: torch.device) -> int:
+    """The most scratch rows any number of rows can need at this N: the bound does not grow with M."""
+    sms = sm_count(device)
+    block_n = block_size(n)
+    if block_n <= ROW_LIMIT:
+        return PROGRAMS_PER_SM * sms
+    return max(1, triton.cdiv(PROGRAMS_PER_SM * sms, triton.cdiv(n, SEG_BLOCK_N)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Launchers
+# --------------------------------------------------------------------------------------------------
+
+
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """(..., N) as a (rows, N) view with a unit column stride; a copy only when no such view exists."""
+    t2 = t.view(-1, n) if t.dim() != 2 else t
+    if t2.stride(1) != 1 and n != 1:
+        t2 = t2.contiguous()
+    return t2
+
+
+def _rows_of_dy(dy: torch.Tensor, n: int) -> torch.Tensor:
+    # Autograd may hand over any layout, e.g. a broadcast (stride-0) gradient from y.sum().
+    try:
+        return _rows(dy, n)
+    except RuntimeError:  # leading dimensions that no single row stride describes
+        return dy.reshape(-1, n).contiguous()
+
+
+def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, p: Plan | None = None) -> torch.Tensor:
+    """y = rmsnorm(x) * gamma in x's dtype, contiguous, for x of shape (..., N) with rows at one stride."""
     n = x.shape[-1]
-    x2 = x.view(-1, n)
-    y = torch.empty_like(x2)
-    block = block_size(n)
-    _rmsnorm_fwd_kernel[(x2.shape[0],)](x2, gamma, y, x2.stride(0), n, eps, BLOCK=block, num_warps=num_warps_for(block))
-    return y.view(x.shape)
+    x2 = _rows(x, n)
+    rows = x2.shape[0]
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    p = p or plan(rows, n, sm_count(x.device))
+    if p.looped:
+        _rmsnorm_fwd_looped_kernel[(rows,)](x2, gamma, y, n, x2.stride(0), n, eps, BLOCK_N=p.block_n, num_warps=p.fwd_warps)
+    else:
+        _rmsnorm_fwd_kernel[(triton.cdiv(rows, p.fwd_block_m),)](
+            x2, gamma, y, rows, n, x2.stride(0), n, eps, BLOCK_M=p.fwd_block_m, BLOCK_N=p.block_n, num_warps=p.fwd_warps
+        )
+    return y
 
 
 def rmsnorm_backward(
-    dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: float
+    dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: float, p: Plan | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dx in x's dtype, dgamma in gamma's dtype) for contiguous dy and x of the same shape."""
+    """(dx in x's dtype, dgamma in gamma's dtype) for dy and x of the same shape (..., N)."""
     n = x.shape[-1]
-    x2 = x.view(-1, n)
-    dy2 = dy.view(-1, n)
+    x2 = _rows(x, n)
+    dy2 = _rows_of_dy(dy, n)
     rows = x2.shape[0]
-    dx = torch.empty_like(x2)
-    partial = torch.empty((rows, n), dtype=torch.float32, device=x.device)
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     dgamma = torch.empty_like(gamma)
-    block = block_size(n)
-    _rmsnorm_bwd_dx_kernel[(rows,)](
-        dy2, x2, gamma, dx, partial, x2.stride(0), n, eps, BLOCK=block, num_warps=num_warps_for(block)
+    p = p or plan(rows, n, sm_count(x.device))
+    if p.looped:
+        rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+        coef = torch.empty(rows, dtype=torch.float32, device=x.device)
+        _rmsnorm_bwd_row_stats_kernel[(rows,)](
+            dy2, x2, gamma, rstd, coef, n, dy2.stride(0), x2.stride(0), eps, BLOCK_N=p.block_n, num_warps=p.fwd_warps
+        )
+        partial = torch.empty((p.partial_rows, n), dtype=torch.float32, device=x.device)
+        _rmsnorm_bwd_looped_kernel[p.bwd_grid](
+            dy2, x2, gamma, dx, partial, rstd, coef, rows, n, dy2.stride(0), x2.stride(0), n,
+            BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, num_warps=p.bwd_warps,
+        )
+    else:
+        partial = dgamma if p.partial_rows == 0 else torch.empty((p.partial_rows, n), dtype=torch.float32, device=x.device)
+        _rmsnorm_bwd_kernel[p.bwd_grid[:1]](
+            dy2, x2, gamma, dx, partial, rows, n, dy2.stride(0), x2.stride(0), n, eps,
+            BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, num_warps=p.bwd_warps,
+        )
+        if p.partial_rows == 0:
+            return dx, dgamma
+    _dgamma_column_sum_kernel[(triton.cdiv(n, SUM_BLOCK_N),)](
+        partial, dgamma, p.partial_rows, n, BLOCK_P=SUM_BLOCK_P, BLOCK_N=SUM_BLOCK_N, num_warps=4
     )
-    _dgamma_column_sum_kernel[(triton.cdiv(n, DGAMMA_BLOCK_N),)](
-        partial, dgamma, rows, n, BLOCK_M=DGAMMA_BLOCK_M, BLOCK_N=DGAMMA_BLOCK_N
-    )
-    return dx.view(x.shape), dgamma
+    return dx, dgamma

@@ -1,9 +1,13 @@
 """Deliberately wrong copies of the kernels, kept so that the checks can show they catch them.
 
-Each is the kernel of ``kernels.py`` with one change: the mean divides by BLOCK (the padded, power-of-two
-width) instead of N (the row's real length). For N a power of two, BLOCK == N and the defect hides; for
-N = 257, BLOCK = 512 and every mean is about half what it should be (a row of ones gives about
-1.411458 instead of 0.9999995). Never used by the operator.
+Each is a whole-row kernel of ``kernels.py`` (``_rmsnorm_fwd_kernel``, ``_rmsnorm_bwd_kernel``), line for
+line, with one change: the means divide by BLOCK_N (the padded, power-of-two width) instead of N (the
+row's real length). For N a power of two, BLOCK_N == N and the defect hides; for N = 257, BLOCK_N = 512
+and every mean is about half what it should be (a row of ones gives about 1.411458 instead of
+0.9999995). They are launched with the operator's own launch plan. Never used by the operator.
+
+The looped kernels (N > kernels.ROW_LIMIT) divide by N at the same two places; their chunk width is
+not a padded row, so this defect has no copy there.
 """
 
 from __future__ import annotations
@@ -12,45 +16,67 @@ import torch
 import triton
 import triton.language as tl
 
-from .kernels import block_size, num_warps_for
+from .kernels import plan, sm_count
 
 
 @triton.jit
-def _rmsnorm_fwd_kernel_block_mean(X, GAMMA, Y, row_stride, N, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < N
-    x = tl.load(X + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    gamma = tl.load(GAMMA + cols, mask=mask, other=0.0).to(tl.float32)
-    mean_sq = tl.sum(x * x, axis=0) / BLOCK  # THE DEFECT: BLOCK instead of N
+def _rmsnorm_fwd_kernel_block_mean(X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    mask = (rows < M)[:, None] & col_mask[None, :]
+    x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
+    mean_sq = tl.sum(x * x, axis=1) / BLOCK_N  # THE DEFECT: BLOCK_N instead of N
     r = 1.0 / tl.sqrt(mean_sq + eps)
-    y = x * r * gamma
-    tl.store(Y + row * row_stride + cols, y.to(Y.dtype.element_ty), mask=mask)
+    y = x * r[:, None] * gamma[None, :]
+    tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _rmsnorm_bwd_dx_kernel_block_mean(DY, X, GAMMA, DX, row_stride, N, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < N
-    x = tl.load(X + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(DY + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    gamma = tl.load(GAMMA + cols, mask=mask, other=0.0).to(tl.float32)
-    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / BLOCK + eps)  # THE DEFECT, in r
-    u = dy * gamma
-    mean_ux = tl.sum(u * x, axis=0) / BLOCK  # and in mean(u * x)
-    dx = r * u - x * (r * r * r) * mean_ux
-    tl.store(DX + row * row_stride + cols, dx.to(DX.dtype.element_ty), mask=mask)
+def _rmsnorm_bwd_kernel_block_mean(
+    DY, X, GAMMA, DX, DGAMMA_OUT, M, N, stride_dy, stride_x, stride_dx, eps,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
+    dgamma_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for tile in range(pid, tl.cdiv(M, BLOCK_M), num_programs):
+        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
+        mask = (rows < M)[:, None] & col_mask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        r = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / BLOCK_N + eps)  # THE DEFECT, in r
+        u = dy * gamma[None, :]
+        mean_ux = tl.sum(u * x, axis=1) / BLOCK_N  # and in mean(u * x)
+        dx = r[:, None] * u - x * (r * r * r * mean_ux)[:, None]
+        tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        dgamma_acc += dy * x * r[:, None]
+    dgamma = tl.sum(dgamma_acc, axis=0)
+    tl.store(DGAMMA_OUT + pid.to(tl.int64) * N + cols, dgamma.to(DGAMMA_OUT.dtype.element_ty), mask=col_mask)
+
+
+def _whole_row_plan(x2: torch.Tensor, n: int):
+    p = plan(x2.shape[0], n, sm_count(x2.device))
+    if p.looped:
+        raise ValueError(f"mutants: N = {n} takes the looped kernels, which have no BLOCK-denominator copy")
+    return p
 
 
 def forward_block_mean(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
-    """The forward with the BLOCK-denominator defect (contiguous x of shape (..., N))."""
+    """The forward with the BLOCK-denominator defect (x of shape (..., N), rows at one stride)."""
     n = x.shape[-1]
     x2 = x.reshape(-1, n)
-    y = torch.empty_like(x2)
-    block = block_size(n)
-    _rmsnorm_fwd_kernel_block_mean[(x2.shape[0],)](x2, gamma, y, x2.stride(0), n, eps, BLOCK=block, num_warps=num_warps_for(block))
-    return y.view(x.shape)
+    rows = x2.shape[0]
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    p = _whole_row_plan(x2, n)
+    _rmsnorm_fwd_kernel_block_mean[(triton.cdiv(rows, p.fwd_block_m),)](
+        x2, gamma, y, rows, n, x2.stride(0), n, eps, BLOCK_M=p.fwd_block_m, BLOCK_N=p.block_n, num_warps=p.fwd_warps
+    )
+    return y
 
 
 def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
@@ -58,7 +84,12 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
     n = x.shape[-1]
     x2 = x.reshape(-1, n)
     dy2 = dy.contiguous().reshape(-1, n)
-    dx = torch.empty_like(x2)
-    block = block_size(n)
-    _rmsnorm_bwd_dx_kernel_block_mean[(x2.shape[0],)](dy2, x2, gamma, dx, x2.stride(0), n, eps, BLOCK=block, num_warps=num_warps_for(block))
-    return dx.view(x.shape)
+    rows = x2.shape[0]
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    p = _whole_row_plan(x2, n)
+    partial = torch.empty((max(p.partial_rows, 1), n), dtype=torch.float32, device=x.device)  # dgamma unused
+    _rmsnorm_bwd_kernel_block_mean[p.bwd_grid[:1]](
+        dy2, x2, gamma, dx, partial, rows, n, dy2.stride(0), x2.stride(0), n, eps,
+        BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, num_warps=p.bwd_warps,
+    )
+    return dx

@@ -3,6 +3,12 @@
 Registered with ``torch.library.custom_op`` so that ``torch.compile`` treats it as one opaque call (no
 graph break), with a fake implementation for tracing and an autograd formula that calls a second
 custom op, ``rmsnorm_kernel::rmsnorm_backward``, for dx and dgamma.
+
+``rmsnorm()`` takes that op only while ``torch.compile`` traces. In eager code it checks the contract
+once and calls the launchers directly, through a plain ``torch.autograd.Function`` when a gradient is
+needed: the custom op's Python dispatch (autograd wrapper, fake-tensor bookkeeping, a second contract
+check) costs tens of microseconds per call, which is most of the time of a small RMSNorm on a GPU.
+Both routes run the same kernels and count the same calls.
 """
 
 from __future__ import annotations
@@ -39,20 +45,21 @@ def _rmsnorm_op(x: Tensor, gamma: Tensor, eps: float) -> Tensor:
 @_rmsnorm_op.register_fake
 def _rmsnorm_fake(x: Tensor, gamma: Tensor, eps: float) -> Tensor:
     check_forward(x, gamma, eps)
-    return torch.empty_like(x)
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)  # contiguous, as the kernel writes it
 
 
 @torch.library.custom_op("rmsnorm_kernel::rmsnorm_backward", mutates_args=())
 def _rmsnorm_backward_op(dy: Tensor, x: Tensor, gamma: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     check_backward_scratch(x)
     _CALLS["backward"] += 1
-    # Autograd may hand over a broadcast (stride-0) gradient, e.g. from y.sum(); the kernel reads rows.
-    return kernels.rmsnorm_backward(dy.contiguous(), x, gamma, eps)
+    # Autograd may hand over any layout of dy, e.g. a broadcast (stride-0) gradient from y.sum(); the
+    # launcher reads it through its row stride and copies it only when no (rows, N) view exists.
+    return kernels.rmsnorm_backward(dy, x, gamma, eps)
 
 
 @_rmsnorm_backward_op.register_fake
 def _rmsnorm_backward_fake(dy: Tensor, x: Tensor, gamma: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    return torch.empty_like(x), torch.empty_like(gamma)
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty_like(gamma)
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -73,14 +80,43 @@ def _backward(ctx, dy: Tensor):
 _rmsnorm_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+class _RMSNormFunction(torch.autograd.Function):
+    """The eager route: the same kernels as the custom op, without its dispatch overhead."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, gamma: Tensor, eps: float) -> Tensor:
+        _CALLS["forward"] += 1
+        ctx.save_for_backward(x, gamma)
+        ctx.eps = eps
+        return kernels.rmsnorm_forward(x, gamma, eps)
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        x, gamma = ctx.saved_tensors
+        _CALLS["backward"] += 1
+        dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, ctx.eps)
+        return dx, dgamma, None
+
+
 def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS) -> Tensor:
     """RMSNorm over the last dimension through the Triton kernels; differentiable in x and gamma.
 
     Raises ``ContractError`` for inputs the kernels cannot handle (see ``contract.py``), before any
-    kernel runs. The op checks again, for callers of ``torch.ops.rmsnorm_kernel.rmsnorm``; checking here
-    first also catches arguments the dispatcher would convert or refuse in its own words (``eps=True``).
+    kernel runs. Under ``torch.compile`` it calls the custom op ``torch.ops.rmsnorm_kernel.rmsnorm``
+    (one opaque node, no graph break), which checks again for its direct callers; checking here first
+    also catches arguments the dispatcher would convert or refuse in its own words (``eps=True``).
     """
     check_forward(x, gamma, eps)
-    if torch.is_grad_enabled() and (x.requires_grad or gamma.requires_grad):
+    needs_grad = torch.is_grad_enabled() and (x.requires_grad or gamma.requires_grad)
+    if needs_grad:
         check_backward_scratch(x)
-    return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps)
+    if torch.compiler.is_compiling() or type(x) is not Tensor or type(gamma) not in _PLAIN:
+        # Tracing, fake tensors and tensor subclasses go through the registered op.
+        return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps)
+    if needs_grad:
+        return _RMSNormFunction.apply(x, gamma, eps)
+    _CALLS["forward"] += 1
+    return kernels.rmsnorm_forward(x, gamma, eps)
+
+
+_PLAIN = (Tensor, torch.nn.Parameter)
