@@ -1,0 +1,292 @@
+"""PNG figures from what the check commands, the benchmark and the training runs wrote.
+
+Each figure function reads its inputs, draws one PNG with matplotlib's Agg backend (no display needed)
+and returns a ``FigureResult``; missing or unreadable inputs give a ``skipped`` or ``failed`` result
+with the reason, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: What each figure shows, for ``--help`` and the report.
+FIGURES: dict[str, str] = {
+    "training_mse.png": (
+        "train/mse and val/mse over the training steps, one line per run under runs/ (reference path "
+        "solid, Triton path dashed): if the kernel is a drop-in replacement the two paths' curves lie "
+        "on top of each other"
+    ),
+    "check_errors.png": (
+        "for each check campaign (check-forward: y, check-backward: dx, check-gamma: dgamma), the max "
+        "absolute and max relative error of every case, per dtype, on a log scale, with the declared "
+        "atol of each dtype as a bar; failed cases are red crosses"
+    ),
+    "benchmark.png": (
+        "the benchmark results of benchmark.json, one panel per measured quantity against the row "
+        "length N, one line per variant; drawn only when that file exists"
+    ),
+}
+
+TRAINING_TAGS = ("train/mse", "val/mse")
+#: Errors of exactly 0 cannot sit on a log axis; they are drawn at this height.
+ZERO_FLOOR = 1e-12
+
+
+@dataclass
+class FigureResult:
+    name: str
+    status: str  # "written", "skipped" (inputs absent) or "failed" (inputs present but unusable)
+    detail: str
+    path: str = ""
+    series: list[str] = field(default_factory=list)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+# --------------------------------------------------------------------------------------------------
+# Training curves
+
+
+def run_path(label: str) -> str | None:
+    """Which path a run directory's name says it trained: ``"reference"``, ``"triton"`` or None."""
+    low = label.lower()
+    found = [p for p in ("reference", "triton") if p in low]
+    return found[0] if len(found) == 1 else None
+
+
+def _pair_key(label: str) -> str:
+    return label.lower().replace("reference", "*").replace("triton", "*")
+
+
+def read_training_scalars(runs_dir: Path) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
+    """{run label: {tag: (steps, values)}} for every directory under ``runs_dir`` holding event files.
+
+    The label is the directory's path relative to ``runs_dir`` (e.g. ``triton_seed0/version_0``).
+    """
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    runs: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
+    event_dirs = sorted({p.parent for p in Path(runs_dir).rglob("events.out.tfevents*") if p.is_file()})
+    for d in event_dirs:
+        acc = EventAccumulator(str(d), size_guidance={"scalars": 0})  # 0: keep every point
+        acc.Reload()
+        available = set(acc.Tags().get("scalars", []))
+        scalars = {}
+        for tag in TRAINING_TAGS:
+            if tag in available:
+                events = acc.Scalars(tag)
+                scalars[tag] = ([e.step for e in events], [e.value for e in events])
+        runs[str(d.relative_to(runs_dir))] = scalars
+    return runs
+
+
+def training_figure(runs_dir: Path, out: Path) -> FigureResult:
+    name = out.name
+    runs_dir = Path(runs_dir)
+    if not runs_dir.is_dir():
+        return FigureResult(name, "skipped", f"no {runs_dir}/ directory: run train.py first")
+    try:
+        runs = read_training_scalars(runs_dir)
+    except Exception as exc:
+        return FigureResult(name, "failed", f"could not read the event files under {runs_dir}: {type(exc).__name__}: {exc}")
+    if not runs:
+        return FigureResult(name, "skipped", f"no TensorBoard event files under {runs_dir}/")
+    usable = {label: s for label, s in runs.items() if s}
+    notes = [f"{label}: no {' or '.join(TRAINING_TAGS)} scalars" for label, s in runs.items() if not s]
+    if not usable:
+        return FigureResult(name, "skipped", "; ".join(notes))
+    paths_seen = {run_path(label) for label in usable}
+    for p in ("reference", "triton"):
+        if p not in paths_seen:
+            notes.append(f"no run of the {p} path (a run directory's name must contain 'reference' or 'triton')")
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(TRAINING_TAGS), figsize=(12, 4.5), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    # The two paths of one configuration (same seed...) share a colour: solid and wide for the
+    # reference, dashed and thin for Triton, so that identical curves show as one striped line.
+    pairs = sorted({_pair_key(label) for label in usable})
+    series = []
+    for ax, tag in zip(axes[0], TRAINING_TAGS):
+        for label, scalars in sorted(usable.items()):
+            if tag not in scalars:
+                continue
+            steps, values = scalars[tag]
+            triton = run_path(label) == "triton"
+            ax.plot(
+                steps, values, "--" if triton else "-", linewidth=1.3 if triton else 3.0, alpha=1.0 if triton else 0.6,
+                marker="o" if len(steps) < 30 else None, markersize=3,
+                color=colors[pairs.index(_pair_key(label)) % len(colors)], label=label,
+            )
+            series.append(f"{label} {tag}")
+        ax.set_title(tag)
+        ax.set_xlabel("step")
+        ax.set_ylabel("MSE")
+        if all(v > 0 for s in usable.values() if tag in s for v in s[tag][1]):
+            ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Training and validation MSE: reference path (solid) and Triton path (dashed)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    detail = f"{len(usable)} run(s)" + (f"; {'; '.join(notes)}" if notes else "")
+    return FigureResult(name, "written", detail, str(out), series)
+
+
+# --------------------------------------------------------------------------------------------------
+# Error distributions of the check campaigns
+
+
+def check_errors_figure(reports: dict[str, Path], out: Path) -> FigureResult:
+    """``reports``: {campaign label: path of the JSON report a check command wrote}."""
+    name = out.name
+    loaded, notes = {}, []
+    for label, path in reports.items():
+        path = Path(path)
+        if not path.is_file():
+            notes.append(f"{label}: no {path}")
+            continue
+        try:
+            cases = json.loads(path.read_text())["cases"]
+            loaded[label] = [(c["dtype"], float(c["max_abs"]), float(c["max_rel"]), float(c["atol"]), bool(c["ok"])) for c in cases]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            notes.append(f"{label}: {path} is not a check report ({type(exc).__name__}: {exc})")
+    if not loaded:
+        status = "failed" if any("is not a check report" in n for n in notes) else "skipped"
+        return FigureResult(name, status, "; ".join(notes) + " (run the check commands first)")
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(loaded), 2, figsize=(11, 3.2 * len(loaded)), squeeze=False)
+    series = []
+    for row, (label, cases) in enumerate(loaded.items()):
+        dtypes = sorted({c[0] for c in cases})
+        for col, (metric, idx) in enumerate((("max abs error", 1), ("max rel error", 2))):
+            ax = axes[row][col]
+            for xi, dt in enumerate(dtypes):
+                of_dtype = [c for c in cases if c[0] == dt]
+                for j, c in enumerate(of_dtype):
+                    v = c[idx]
+                    if math.isnan(v):
+                        continue
+                    jitter = (j / max(len(of_dtype) - 1, 1) - 0.5) * 0.5
+                    y = max(v, ZERO_FLOOR)
+                    if c[4]:
+                        ax.plot(xi + jitter, y, "o", color="tab:blue", markersize=3, alpha=0.7)
+                    else:
+                        ax.plot(xi + jitter, y, "x", color="tab:red", markersize=6)
+                if idx == 1:
+                    ax.hlines(of_dtype[0][3], xi - 0.35, xi + 0.35, colors="black", linewidth=1.5)
+                series.append(f"{label} {dt} {metric}")
+            ax.set_xticks(range(len(dtypes)), dtypes)
+            ax.set_yscale("log")
+            ax.set_title(f"{label}: {metric}" + (" (bar: atol)" if idx == 1 else ""), fontsize=9)
+            ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(f"Error of every case against the oracle (zeros drawn at {ZERO_FLOOR:g}; red x: failed)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return FigureResult(name, "written", "; ".join([f"{k}: {len(v)} cases" for k, v in loaded.items()] + notes), str(out), series)
+
+
+# --------------------------------------------------------------------------------------------------
+# Benchmark results (layout read defensively: a list of flat records, at the top or under one key)
+
+_X_KEYS = ("N", "n", "hidden", "hidden_dim", "cols", "size")
+_MEASURE = re.compile(r"(ms|_us|time|sec|gb|bandwidth|throughput|speed|tflops|flops)", re.I)
+
+
+def _records(data) -> list[dict]:
+    if isinstance(data, list) and data and all(isinstance(r, dict) for r in data):
+        return data
+    if isinstance(data, dict):
+        for key in ("results", "records", "rows", "cases", "measurements", "data"):
+            if key in data:
+                found = _records(data[key])
+                if found:
+                    return found
+        for value in data.values():
+            if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
+                return value
+    return []
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def benchmark_figure(benchmark_json: Path, out: Path) -> FigureResult:
+    name = out.name
+    path = Path(benchmark_json)
+    if not path.is_file():
+        return FigureResult(name, "skipped", f"no {path} (run the benchmark command first)")
+    try:
+        records = _records(json.loads(path.read_text()))
+    except (OSError, ValueError) as exc:
+        return FigureResult(name, "failed", f"{path} is not readable JSON ({type(exc).__name__}: {exc})")
+    if not records:
+        return FigureResult(name, "failed", f"{path} holds no list of result records; accepted: a list of objects, at the top or under 'results'")
+    x_key = next((k for k in _X_KEYS if all(_is_number(r.get(k)) for r in records)), None)
+    if x_key is None:
+        return FigureResult(name, "failed", f"{path}: no numeric row-length field in every record; looked for {', '.join(_X_KEYS)}")
+    numeric = sorted({k for r in records for k, v in r.items() if k != x_key and _is_number(v)})
+    measures = [k for k in numeric if _MEASURE.search(k)] or numeric
+    if not measures:
+        return FigureResult(name, "failed", f"{path}: no numeric measurement besides {x_key}")
+    measures = measures[:6]
+
+    def variant(r: dict) -> str:
+        parts = [f"{k}={v}" for k, v in sorted(r.items()) if k != x_key and k not in measures and not isinstance(v, (dict, list)) and not (isinstance(v, float))]
+        return " ".join(parts) or "all"
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(measures), figsize=(5.5 * len(measures), 4.2), squeeze=False)
+    series = []
+    for ax, m in zip(axes[0], measures):
+        groups: dict[str, list[tuple[float, float]]] = {}
+        for r in records:
+            if _is_number(r.get(m)):
+                groups.setdefault(variant(r), []).append((r[x_key], r[m]))
+        for label, pts in sorted(groups.items()):
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", markersize=3, label=label)
+            series.append(f"{m}: {label}")
+        ax.set_xlabel(x_key)
+        ax.set_ylabel(m)
+        ax.set_xscale("log", base=2)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.suptitle(f"Benchmark ({path.name})")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return FigureResult(name, "written", f"{len(records)} records, x = {x_key}, panels: {', '.join(measures)}", str(out), series)
+
+
+def make_figures(figures_dir: Path, runs_dir: Path, campaign_reports: dict[str, Path], benchmark_json: Path) -> list[FigureResult]:
+    """All figures into ``figures_dir``; each one independent of the others' inputs."""
+    figures_dir = Path(figures_dir)
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    makers = {
+        "training_mse.png": lambda out: training_figure(runs_dir, out),
+        "check_errors.png": lambda out: check_errors_figure(campaign_reports, out),
+        "benchmark.png": lambda out: benchmark_figure(benchmark_json, out),
+    }
+    results = []
+    for fname, make in makers.items():
+        try:
+            results.append(make(figures_dir / fname))
+        except Exception as exc:  # a drawing bug in one figure must not hide the others
+            results.append(FigureResult(fname, "failed", f"{type(exc).__name__}: {exc}"))
+    return results
