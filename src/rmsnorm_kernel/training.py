@@ -134,9 +134,14 @@ class InitialParity(L.Callback):
             )
 
 
-def reload_max_abs_diff(module: RMSNormRegressor, checkpoint: Path, data: SyntheticRegressionData) -> tuple[float, str]:
-    """Loads the checkpoint into a fresh module and runs the test split through both: (max |diff|, reloaded path)."""
-    device = next(module.parameters()).device
+def reload_max_abs_diff(
+    module: RMSNormRegressor, checkpoint: Path, data: SyntheticRegressionData, device: torch.device
+) -> tuple[float, str]:
+    """Loads the checkpoint into a fresh module and runs the test split through both on ``device``.
+
+    Returns the largest absolute difference of their outputs and the RMSNorm path the fresh module got.
+    """
+    module.to(device)  # Lightning hands the module back on the CPU after fit and test
     fresh = RMSNormRegressor.load_from_checkpoint(checkpoint, map_location=device, weights_only=True)
     module.eval()
     fresh.eval()
@@ -215,7 +220,7 @@ def run(cfg: DictConfig) -> RunResult:
     result.log_dir = logger.log_dir
     result.checkpoint = str(final)
     result.calls = dict(module.calls)
-    diff, reloaded_impl = reload_max_abs_diff(module, final, data)
+    diff, reloaded_impl = reload_max_abs_diff(module, final, data, trainer.strategy.root_device)
     logger.log_metrics({"reload/max_abs_diff": diff}, step=trainer.global_step)
     result.metrics = {
         "train/mse": fit_metrics["train/mse"],
