@@ -1,0 +1,165 @@
+"""Figures from training runs, check reports and benchmark results; missing inputs are reported, not fatal."""
+
+import json
+
+import pytest
+
+from rmsnorm_kernel import figures
+from rmsnorm_kernel.cli import main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+STEPS = 12
+
+
+def train_curve(step: int, seed: int) -> float:
+    return 1.0 / (1 + step) + 0.05 * seed
+
+
+def val_curve(step: int, seed: int) -> float:
+    return 1.5 / (1 + step) + 0.05 * seed
+
+
+@pytest.fixture
+def runs_dir(tmp_path):
+    """Two seeds of each path, laid out as the training's TensorBoardLogger writes them."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    root = tmp_path / "runs"
+    for impl in ("reference", "triton"):
+        for seed in (0, 1):
+            writer = SummaryWriter(str(root / f"{impl}_seed{seed}" / "version_0"))
+            for step in range(STEPS):
+                writer.add_scalar("train/mse", train_curve(step, seed), step)
+                if step % 4 == 3:
+                    writer.add_scalar("val/mse", val_curve(step, seed), step)
+            writer.add_scalar("calls/forward", 1.0, 0)  # other tags are ignored
+            writer.close()
+    return root
+
+
+def is_png(path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(8) == PNG_MAGIC
+
+
+def test_event_files_are_read_back_per_run_and_tag(runs_dir):
+    runs = figures.read_training_scalars(runs_dir)
+    assert set(runs) == {f"{impl}_seed{s}/version_0" for impl in ("reference", "triton") for s in (0, 1)}
+    steps, values = runs["triton_seed1/version_0"]["train/mse"]
+    assert steps == list(range(STEPS))
+    assert values == pytest.approx([train_curve(s, 1) for s in range(STEPS)])
+    steps, values = runs["reference_seed0/version_0"]["val/mse"]
+    assert steps == [3, 7, 11]
+    assert values == pytest.approx([val_curve(s, 0) for s in (3, 7, 11)])
+
+
+@pytest.mark.parametrize("label,path", [("triton_seed0/version_0", "triton"), ("reference_seed3", "reference"), ("seed0", None)])
+def test_run_path_comes_from_the_directory_name(label, path):
+    assert figures.run_path(label) == path
+
+
+def test_training_figure_draws_both_paths_and_both_tags(runs_dir, tmp_path):
+    result = figures.training_figure(runs_dir, tmp_path / "t.png")
+    assert result.status == "written" and is_png(result.path)
+    for tag in ("train/mse", "val/mse"):
+        for impl in ("reference", "triton"):
+            assert f"{impl}_seed0/version_0 {tag}" in result.series
+
+
+def test_training_figure_notes_a_missing_path(runs_dir, tmp_path):
+    import shutil
+
+    for seed in (0, 1):
+        shutil.rmtree(runs_dir / f"triton_seed{seed}")
+    result = figures.training_figure(runs_dir, tmp_path / "t.png")
+    assert result.status == "written"
+    assert "no run of the triton path" in result.detail
+
+
+def test_training_figure_without_runs_is_skipped(tmp_path):
+    assert figures.training_figure(tmp_path / "runs", tmp_path / "t.png").status == "skipped"
+    (tmp_path / "runs").mkdir()
+    result = figures.training_figure(tmp_path / "runs", tmp_path / "t.png")
+    assert result.status == "skipped" and "no TensorBoard event files" in result.detail
+    assert not (tmp_path / "t.png").exists()
+
+
+def test_check_errors_figure_reads_the_reports_the_commands_write(tmp_path, capsys):
+    assert main(["check-forward", "--quick", "--outputs", str(tmp_path)]) == 0
+    assert main(["check-forward", "--quick", "--kernel", "block-mean", "--outputs", str(tmp_path / "mutant")]) == 1
+    capsys.readouterr()
+    reports = {"forward": tmp_path / "check-forward.json", "mutant": tmp_path / "mutant" / "check-forward.json", "dx": tmp_path / "absent.json"}
+    result = figures.check_errors_figure(reports, tmp_path / "e.png")
+    assert result.status == "written" and is_png(result.path)
+    assert {"forward float32 max abs error", "mutant bfloat16 max rel error"} <= set(result.series)
+    assert "dx: no" in result.detail
+
+
+def test_check_errors_figure_with_a_corrupt_report_fails_without_raising(tmp_path):
+    (tmp_path / "check-forward.json").write_text("{not json")
+    result = figures.check_errors_figure({"forward": tmp_path / "check-forward.json"}, tmp_path / "e.png")
+    assert result.status == "failed" and "is not a check report" in result.detail
+
+
+def benchmark_records(timed=True):
+    rows = []
+    for shape, m, n in (("1024x257", 1024, 257), ("4096x4096", 4096, 4096)):
+        for mode in ("fwd", "fwd+bwd"):
+            for impl in ("triton", "reference"):
+                us = 10.0 * (2 if impl == "reference" else 1) if timed else None
+                rows.append({"shape": shape, "M": m, "N": n, "dtype": "float16", "mode": mode, "impl": impl, "ok": True,
+                             "events_us": us, "bandwidth_tbps": (1.0 / us if timed else None), "max_abs": 0.0})
+    return {"timed": timed, "device": "GPU", "ceiling_tbps": 4.0, "results": rows}
+
+
+def test_benchmark_figure_from_benchmark_results(tmp_path):
+    path = tmp_path / "benchmark.json"
+    path.write_text(json.dumps(benchmark_records()))
+    result = figures.benchmark_figure(path, tmp_path / "b.png")
+    assert result.status == "written" and is_png(result.path)
+    assert {"fwd bandwidth_tbps triton", "fwd+bwd events_us reference"} <= set(result.series)
+
+
+@pytest.mark.parametrize("content,status,words", [
+    (None, "skipped", "no "),
+    ("[1, 2", "failed", "not readable JSON"),
+    (json.dumps({"answer": 42}), "failed", "no list of result records"),
+    (json.dumps(benchmark_records(timed=False)), "skipped", "no timings"),
+])
+def test_benchmark_figure_reports_unusable_inputs(tmp_path, content, status, words):
+    path = tmp_path / "benchmark.json"
+    if content is not None:
+        path.write_text(content)
+    result = figures.benchmark_figure(path, tmp_path / "b.png")
+    assert result.status == status and words in result.detail
+
+
+def test_figures_command_with_every_input(tmp_path, runs_dir, capsys):
+    outputs = tmp_path / "outputs"
+    assert main(["check-gamma", "--quick", "--outputs", str(outputs)]) == 0
+    (outputs / "benchmark.json").write_text(json.dumps(benchmark_records()))
+    rc = main(["figures", "--outputs", str(outputs), "--runs", str(runs_dir)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rep = json.loads((outputs / "figures.json").read_text())
+    assert {f["name"]: f["status"] for f in rep["figures"]} == {name: "written" for name in figures.FIGURES}
+    assert all(is_png(outputs / "figures" / name) for name in figures.FIGURES)
+
+
+def test_figures_command_with_no_inputs_reports_each_and_fails(tmp_path, capsys):
+    rc = main(["figures", "--outputs", str(tmp_path / "outputs"), "--runs", str(tmp_path / "runs")])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "no figure could be drawn" in out
+    rep = json.loads((tmp_path / "outputs" / "figures.json").read_text())
+    assert {f["status"] for f in rep["figures"]} == {"skipped"}
+
+
+def test_figures_help_says_what_each_figure_shows(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["figures", "--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0
+    for name in figures.FIGURES:
+        assert name in out
+    assert "train/mse" in out and "atol" in out
