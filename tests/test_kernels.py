@@ -190,3 +190,26 @@ def test_tensor_over_2_31_elements(device):
         for start in range(0, m, 4096):
             dgamma_ref += manual_backward(x[start : start + 4096], gamma, dy[start : start + 4096])[1]
         assert compare(gl.grad, dgamma_ref, dtype=torch.bfloat16).ok
+
+
+def _code_lines(fn) -> list[str]:
+    import inspect
+    import re
+
+    src = inspect.getsource(getattr(fn, "fn", fn))
+    lines = [re.sub(r"\s+#.*$", "", line).rstrip() for line in src.splitlines()]
+    return [line for line in lines[2:] if line.strip() and not line.strip().startswith("#")]  # after decorator, name
+
+
+def test_mutants_are_the_whole_row_kernels_but_for_the_denominator():
+    """mutants.py must stay a copy of the kernels, or its defect no longer says anything about them."""
+    from rmsnorm_kernel import mutants
+
+    for kernel, mutant in ((kernels._rmsnorm_fwd_kernel, mutants._rmsnorm_fwd_kernel_block_mean),
+                           (kernels._rmsnorm_bwd_kernel, mutants._rmsnorm_bwd_kernel_block_mean)):
+        ours, theirs = _code_lines(kernel), _code_lines(mutant)
+        assert len(ours) == len(theirs)
+        differing = [(a, b) for a, b in zip(ours, theirs) if a != b]
+        assert differing, "the mutant carries no defect"
+        for a, b in differing:
+            assert b == a.replace("/ N", "/ BLOCK_N"), (a, b)

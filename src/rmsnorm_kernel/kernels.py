@@ -79,7 +79,7 @@ def _rmsnorm_bwd_kernel(
     col_mask = cols < N
     gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
     # This program's share of dgamma, kept in float32 registers across all its rows (no M x N scratch).
-    dgamma_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     # Persistent: tiles pid, pid + P, ... in a fixed order, so the float32 sum is the same every run.
     for tile in range(pid, tl.cdiv(M, BLOCK_M), num_programs):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
@@ -91,10 +91,10 @@ def _rmsnorm_bwd_kernel(
         mean_ux = tl.sum(u * x, axis=1) / N  # N again: the padding lanes hold u * x = 0
         dx = r[:, None] * u - x * (r * r * r * mean_ux)[:, None]
         tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-        dgamma_acc += dy * x * r[:, None]  # masked rows and lanes hold dy = x = 0: they add nothing
+        # Masked rows and lanes hold dy = x = 0: they add nothing.
+        dgamma_acc += tl.sum(dy * x * r[:, None], axis=0)
     # Row pid of the (P, N) float32 partials; with P == 1 this is dgamma itself, in gamma's dtype.
-    dgamma = tl.sum(dgamma_acc, axis=0)
-    tl.store(DGAMMA_OUT + pid.to(tl.int64) * N + cols, dgamma.to(DGAMMA_OUT.dtype.element_ty), mask=col_mask)
+    tl.store(DGAMMA_OUT + pid.to(tl.int64) * N + cols, dgamma_acc.to(DGAMMA_OUT.dtype.element_ty), mask=col_mask)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -103,26 +103,30 @@ def _rmsnorm_bwd_kernel(
 
 
 @triton.jit
-def _rmsnorm_fwd_looped_kernel(X, GAMMA, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    x_row = X + row * stride_x
-    y_row = Y + row * stride_y
+def _rmsnorm_fwd_looped_kernel(X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr):
     cols = tl.arange(0, BLOCK_N)
-    # Pass 1: sum(x^2) over the row, chunk by chunk, in float32 lanes reduced once at the end.
-    sum_sq = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
-        x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0).to(tl.float32)
-        sum_sq += x * x
-    r = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)
-    # Pass 2 walks the chunks backwards: the ones read last in pass 1 are the likeliest still in L2,
-    # so the second read of x mostly comes from cache rather than memory.
     num_chunks = tl.cdiv(N, BLOCK_N)
-    for i in range(0, num_chunks):
-        start = (num_chunks - 1 - i) * BLOCK_N
-        mask = start + cols < N
-        x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
-        gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_row + start + cols, (x * r * gamma).to(Y.dtype.element_ty), mask=mask)
+    # Persistent over rows: few programs at a time, so the rows they are reading, and read again in
+    # pass 2, fit in L2 together.
+    # An int64 start makes the loop index int64 (Triton promotes the range's bounds): row * stride may
+    # pass 2**31.
+    for row in range(tl.program_id(0).to(tl.int64), M, tl.num_programs(0)):
+        x_row = X + row * stride_x
+        y_row = Y + row * stride_y
+        # Pass 1: sum(x^2) over the row, chunk by chunk, in float32 lanes reduced once at the end.
+        sum_sq = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for start in range(0, N, BLOCK_N):
+            x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0).to(tl.float32)
+            sum_sq += x * x
+        r = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)
+        # Pass 2 walks the chunks backwards: the ones read last in pass 1 are the likeliest still in
+        # L2, so the second read of x mostly comes from cache rather than memory.
+        for i in range(0, num_chunks):
+            start = (num_chunks - 1 - i) * BLOCK_N
+            mask = start + cols < N
+            x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+            gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(y_row + start + cols, (x * r * gamma).to(Y.dtype.element_ty), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -161,7 +165,7 @@ def _rmsnorm_bwd_looped_kernel(
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
     gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
-    dgamma_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for tile in range(pid, tl.cdiv(M, BLOCK_M), num_programs):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
         row_mask = rows < M
@@ -172,8 +176,8 @@ def _rmsnorm_bwd_looped_kernel(
         dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dx = r[:, None] * (dy * gamma[None, :]) - x * coef[:, None]
         tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-        dgamma_acc += dy * x * r[:, None]
-    tl.store(PARTIAL + pid.to(tl.int64) * N + cols, tl.sum(dgamma_acc, axis=0), mask=col_mask)
+        dgamma_acc += tl.sum(dy * x * r[:, None], axis=0)
+    tl.store(PARTIAL + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -201,19 +205,42 @@ def _dgamma_column_sum_kernel(PARTIAL, DGAMMA, P, N, BLOCK_P: tl.constexpr, BLOC
 #: accumulator of that width per program; at 8192 lanes that is already a quarter of a multiprocessor's
 #: register file, so wider rows take the looped kernels.
 ROW_LIMIT = 8192
-#: Column chunk of the looped kernels.
-LOOP_BLOCK_N = 4096
-LOOP_WARPS = 8
-#: Column segment and rows per tile of the looped backward's dx/dgamma kernel.
-SEG_BLOCK_N = 1024
-SEG_BLOCK_M = 4
-SEG_WARPS = 8
-#: Persistent backward programs per multiprocessor.
+
+#: Whole rows, by BLOCK_N: (rows per program, forward warps, backward warps). Rows shorter than 2048
+#: lanes are grouped so that a program moves about 2048 elements. Warps give about 16 elements per
+#: thread (four 16-byte float32 vectors), except the 8192-lane backward: at 16 warps it needs 128
+#: registers a thread and spills (sm_90, Triton 3.9), at 32 warps 59 and no spill. At 4096 lanes the
+#: 8-warp backward takes 115 registers, so two programs share a multiprocessor (docs/performance-notes.md).
+WHOLE_ROW_TABLE: dict[int, tuple[int, int, int]] = {
+    1: (16, 1, 1), 2: (16, 1, 1), 4: (16, 1, 1), 8: (16, 1, 1), 16: (16, 1, 1), 32: (16, 1, 1),
+    64: (16, 2, 2), 128: (16, 4, 4), 256: (8, 4, 4), 512: (4, 4, 4), 1024: (2, 4, 4), 2048: (1, 4, 4),
+    4096: (1, 8, 8), 8192: (1, 16, 32),
+}
+#: Persistent whole-row backward programs per multiprocessor: the number of float32 dgamma partial rows
+#: is this times the multiprocessor count.
 PROGRAMS_PER_SM = 2
 #: Up to this many elements (rows * BLOCK_N) the backward runs as one program of up to 8192-element
 #: tiles that writes dgamma itself: one launch fewer, which matters more than GPU time for the small
 #: shapes whose cost is all host overhead (0 turns this off).
 SINGLE_PROGRAM_MAX_ELEMENTS = 65536
+
+#: Looped forward: column chunk, warps, persistent programs per multiprocessor. One program of 32 warps
+#: per multiprocessor reading 16384-element chunks keeps 32 KiB (bfloat16) in flight per
+#: multiprocessor, while the rows being read by all of them (132 x 128 KiB at N = 65536) fit in L2 for
+#: the second pass.
+LOOP_BLOCK_N = 16384
+LOOP_WARPS = 32
+LOOP_PROGRAMS_PER_SM = 1
+#: Looped backward, step 1 (row statistics, one program per row): chunk and warps. 16384 lanes at 32
+#: warps would spill; 8192 at 16 does not.
+STATS_BLOCK_N = 8192
+STATS_WARPS = 16
+#: Looped backward, step 2: tiles of SEG_BLOCK_M rows by SEG_BLOCK_N columns, a column segment per
+#: program, about PROGRAMS_PER_SM * multiprocessors programs in all, rounded down so that they run in
+#: one wave.
+SEG_BLOCK_N = 1024
+SEG_BLOCK_M = 4
+SEG_WARPS = 8
 #: The second pass's tile.
 SUM_BLOCK_P = 32
 SUM_BLOCK_N = 128
@@ -237,27 +264,17 @@ def block_size(n: int) -> int:
     return triton.next_power_of_2(n)
 
 
-def whole_row_tile(block_n: int) -> tuple[int, int]:
-    """(BLOCK_M rows per program, num_warps) for whole rows of ``block_n`` lanes.
-
-    About 2048 to 4096 elements per program, 16 of them (four 16-byte float32 vectors) per thread: short
-    rows are grouped so that a program still moves that much, long rows get more warps.
-    """
-    block_m = max(1, min(16, 2048 // block_n))
-    tile = block_m * block_n
-    num_warps = max(1, min(16, tile // 512))
-    return block_m, num_warps
-
-
 @dataclass(frozen=True)
 class Plan:
     """How one (rows, N) problem is launched; the same plan for every call of that shape on one GPU."""
 
     looped: bool
-    #: Lanes per row (whole rows) or per chunk (looped) of the forward and of the looped row statistics.
+    #: Lanes per row (whole rows) or per chunk (looped) of the forward.
     block_n: int
     fwd_block_m: int
     fwd_warps: int
+    #: Programs of the looped forward (persistent over rows); 0 for whole rows (one per row tile).
+    fwd_programs: int
     #: Tile of the backward's dx/dgamma kernel: BLOCK_M rows by BLOCK_N columns (a segment when looped).
     bwd_block_m: int
     bwd_block_n: int
@@ -274,16 +291,17 @@ def plan(rows: int, n: int, sms: int) -> Plan:
     """The launch plan for ``rows`` rows of ``n`` elements on a GPU with ``sms`` multiprocessors."""
     block_n = block_size(n)
     if block_n <= ROW_LIMIT:
-        block_m, warps = whole_row_tile(block_n)
+        block_m, fwd_warps, bwd_warps = WHOLE_ROW_TABLE[block_n]
         if rows * block_n <= SINGLE_PROGRAM_MAX_ELEMENTS:
             bwd_block_m = min(triton.next_power_of_2(rows), max(1, 8192 // block_n))
             bwd_warps = max(1, min(16, bwd_block_m * block_n // 512))
-            return Plan(False, block_n, block_m, warps, bwd_block_m, block_n, bwd_warps, 0, (1, 1))
+            return Plan(False, block_n, block_m, fwd_warps, 0, bwd_block_m, block_n, bwd_warps, 0, (1, 1))
         programs = min(triton.cdiv(rows, block_m), PROGRAMS_PER_SM * sms)
-        return Plan(False, block_n, block_m, warps, block_m, block_n, warps, programs, (programs, 1))
+        return Plan(False, block_n, block_m, fwd_warps, 0, block_m, block_n, bwd_warps, programs, (programs, 1))
     segments = triton.cdiv(n, SEG_BLOCK_N)
-    programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), triton.cdiv(PROGRAMS_PER_SM * sms, segments)))
-    return Plan(True, LOOP_BLOCK_N, 1, LOOP_WARPS, SEG_BLOCK_M, SEG_BLOCK_N, SEG_WARPS, programs, (programs, segments))
+    programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), PROGRAMS_PER_SM * sms // segments))
+    fwd_programs = min(rows, LOOP_PROGRAMS_PER_SM * sms)
+    return Plan(True, LOOP_BLOCK_N, 1, LOOP_WARPS, fwd_programs, SEG_BLOCK_M, SEG_BLOCK_N, SEG_WARPS, programs, (programs, segments))
 
 
 def dgamma_scratch_rows(rows: int, n: int, device: torch.device) -> int:
@@ -297,7 +315,7 @@ def max_dgamma_scratch_rows(n: int, device: torch.device) -> int:
     block_n = block_size(n)
     if block_n <= ROW_LIMIT:
         return PROGRAMS_PER_SM * sms
-    return max(1, triton.cdiv(PROGRAMS_PER_SM * sms, triton.cdiv(n, SEG_BLOCK_N)))
+    return max(1, PROGRAMS_PER_SM * sms // triton.cdiv(n, SEG_BLOCK_N))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -329,7 +347,9 @@ def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, p: Plan | 
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     p = p or plan(rows, n, sm_count(x.device))
     if p.looped:
-        _rmsnorm_fwd_looped_kernel[(rows,)](x2, gamma, y, n, x2.stride(0), n, eps, BLOCK_N=p.block_n, num_warps=p.fwd_warps)
+        _rmsnorm_fwd_looped_kernel[(p.fwd_programs,)](
+            x2, gamma, y, rows, n, x2.stride(0), n, eps, BLOCK_N=p.block_n, num_warps=p.fwd_warps
+        )
     else:
         _rmsnorm_fwd_kernel[(triton.cdiv(rows, p.fwd_block_m),)](
             x2, gamma, y, rows, n, x2.stride(0), n, eps, BLOCK_M=p.fwd_block_m, BLOCK_N=p.block_n, num_warps=p.fwd_warps
@@ -352,7 +372,7 @@ def rmsnorm_backward(
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
         coef = torch.empty(rows, dtype=torch.float32, device=x.device)
         _rmsnorm_bwd_row_stats_kernel[(rows,)](
-            dy2, x2, gamma, rstd, coef, n, dy2.stride(0), x2.stride(0), eps, BLOCK_N=p.block_n, num_warps=p.fwd_warps
+            dy2, x2, gamma, rstd, coef, n, dy2.stride(0), x2.stride(0), eps, BLOCK_N=STATS_BLOCK_N, num_warps=STATS_WARPS
         )
         partial = torch.empty((p.partial_rows, n), dtype=torch.float32, device=x.device)
         _rmsnorm_bwd_looped_kernel[p.bwd_grid](

@@ -43,7 +43,7 @@ def _rmsnorm_bwd_kernel_block_mean(
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
     gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
-    dgamma_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for tile in range(pid, tl.cdiv(M, BLOCK_M), num_programs):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
         mask = (rows < M)[:, None] & col_mask[None, :]
@@ -54,9 +54,8 @@ def _rmsnorm_bwd_kernel_block_mean(
         mean_ux = tl.sum(u * x, axis=1) / BLOCK_N  # and in mean(u * x)
         dx = r[:, None] * u - x * (r * r * r * mean_ux)[:, None]
         tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-        dgamma_acc += dy * x * r[:, None]
-    dgamma = tl.sum(dgamma_acc, axis=0)
-    tl.store(DGAMMA_OUT + pid.to(tl.int64) * N + cols, dgamma.to(DGAMMA_OUT.dtype.element_ty), mask=col_mask)
+        dgamma_acc += tl.sum(dy * x * r[:, None], axis=0)
+    tl.store(DGAMMA_OUT + pid.to(tl.int64) * N + cols, dgamma_acc.to(DGAMMA_OUT.dtype.element_ty), mask=col_mask)
 
 
 def _whole_row_plan(x2: torch.Tensor, n: int):

@@ -1,0 +1,210 @@
+"""The benchmark's logic without timing anything: byte model, oracle check, winners, table and JSON.
+
+Timings are injected (a fake timer), never measured: no assertion here depends on how fast anything runs.
+"""
+
+import argparse
+import json
+import math
+
+import pytest
+import torch
+
+from rmsnorm_kernel import benchmark as bm
+from rmsnorm_kernel.backend import CUDA, backend
+from rmsnorm_kernel.mutants import forward_block_mean
+from rmsnorm_kernel.tolerances import compare
+
+
+def test_forward_bytes_are_x_read_y_written_and_gamma():
+    assert bm.bytes_moved(bm.FWD, 128, 257, torch.float32) == 2 * 128 * 257 * 4 + 257 * 4
+    assert bm.bytes_moved(bm.FWD, 4096, 4096, torch.bfloat16) == 2 * 4096 * 4096 * 2 + 4096 * 2
+
+
+def test_forward_backward_bytes_are_five_tensors_plus_gamma_and_dgamma():
+    assert bm.bytes_moved(bm.FWD_BWD, 2048, 65536, torch.bfloat16) == 5 * 2048 * 65536 * 2 + 2 * 65536 * 2
+    # mixed precision: the M x N tensors at x's width, gamma and dgamma at gamma's
+    assert bm.bytes_moved(bm.FWD_BWD, 32, 257, torch.bfloat16, torch.float32) == 5 * 32 * 257 * 2 + 2 * 257 * 4
+
+
+def test_bytes_of_an_unknown_mode_are_refused():
+    with pytest.raises(ValueError, match="mode is 'bwd'"):
+        bm.bytes_moved("bwd", 1, 1, torch.float32)
+
+
+def test_tbps_is_bytes_over_seconds():
+    assert bm.tbps(4 * 10**12, 2.0) == pytest.approx(2.0)
+    assert bm.tbps(10, None) is None
+
+
+class FakeTimer:
+    """Returns fixed timings and counts what it was asked to time."""
+
+    def __init__(self, events_s=1e-4, do_bench_s=2e-4, host_s=1e-5):
+        self.timing = bm.Timing(events_s, do_bench_s, host_s)
+        self.calls = 0
+
+    def __call__(self, fn):
+        fn()  # the call must at least run
+        self.calls += 1
+        return self.timing
+
+
+def _factory(impls):
+    return lambda name, device: impls.get(name)
+
+
+def test_a_wrong_implementation_fails_its_check_is_not_timed_and_cannot_win(device):
+    impls = {
+        "right": lambda x, g: bm.rmsnorm_reference(x, g, bm.EPS),
+        # The BLOCK-denominator mutant: fast, plausible, wrong at N = 257.
+        "wrong": lambda x, g: forward_block_mean(x, g, bm.EPS),
+    }
+    timer = FakeTimer(events_s=1e-4)
+    results = bm.run_benchmark([(5, 257, "float32")], ["wrong", "right"], device, timer, None, log=lambda s: None,
+                               impl_factory=_factory(impls))
+    by = {(r.impl, r.mode): r for r in results}
+    assert not by[("wrong", bm.FWD)].ok and "y outside tolerance" in by[("wrong", bm.FWD)].detail
+    assert by[("wrong", bm.FWD)].events_us is None and not by[("wrong", bm.FWD)].winner
+    assert by[("right", bm.FWD)].ok and by[("right", bm.FWD)].winner
+    assert timer.calls == 2  # the two "right" rows only: a failed row is never timed
+    # the mutant has no autograd formula: asked for a gradient it raises, which fails its row too
+    assert not by[("wrong", bm.FWD_BWD)].ok and by[("wrong", bm.FWD_BWD)].detail.startswith("raised")
+
+
+def test_check_names_the_wrong_output_of_a_backward(device):
+    x, gamma, dy = bm.make_inputs(6, 33, torch.float32, device)
+    y = bm.rmsnorm_reference(x, gamma)
+    dx, dgamma = bm.manual_backward(x, gamma, dy)
+    oracle = (y, dx, dgamma)
+    assert bm.check_outputs(bm.FWD_BWD, oracle, oracle, gamma.dtype).ok
+    bad = bm.check_outputs(bm.FWD_BWD, (y, dx, dgamma * 1.01), oracle, gamma.dtype)
+    assert not bad.ok and bad.detail.startswith("dgamma outside tolerance")
+    wrong_dtype = bm.check_outputs(bm.FWD_BWD, (y, dx.half(), dgamma), oracle, gamma.dtype)
+    assert not wrong_dtype.ok and "dx: got" in wrong_dtype.detail
+
+
+def test_an_implementation_that_raises_is_a_failed_row():
+    def boom(x, g):
+        raise RuntimeError("no kernel for you")
+
+    results = bm.run_benchmark([(2, 8, "float32")], ["boom"], "cpu", FakeTimer(), None, log=lambda s: None,
+                               impl_factory=_factory({"boom": boom}))
+    assert [r.ok for r in results] == [False, False]
+    assert "raised RuntimeError: no kernel for you" in results[0].detail
+
+
+@pytest.mark.parametrize(
+    "actual_edit",
+    ["same", "small_noise", "too_far", "nan_where_finite", "matching_nan", "wrong_inf_sign"],
+)
+def test_the_chunked_device_check_agrees_with_tolerances_compare(actual_edit):
+    g = torch.Generator().manual_seed(1)
+    expected = torch.randn(1000, generator=g)
+    actual = expected.clone()
+    if actual_edit == "small_noise":
+        actual += 1e-6 * torch.randn(1000, generator=g)
+    elif actual_edit == "too_far":
+        actual[777] += 1e-2
+    elif actual_edit == "nan_where_finite":
+        actual[3] = float("nan")
+    elif actual_edit == "matching_nan":
+        expected[5] = actual[5] = float("nan")
+    elif actual_edit == "wrong_inf_sign":
+        expected[9], actual[9] = float("inf"), float("-inf")
+    want = compare(actual, expected)
+    got = bm._compare_on_device(actual, expected, chunk=128)  # several chunks, the last one partial
+    assert got.ok == want.ok
+    assert got.max_abs == pytest.approx(want.max_abs) and got.max_rel == pytest.approx(want.max_rel)
+
+
+def _result(impl, mode, events_us, ok=True, shape="8x8"):
+    return bm.Result(shape=shape, M=8, N=8, dtype="float32", mode=mode, impl=impl, ok=ok, detail="" if ok else "y outside tolerance",
+                     max_abs=0.0, max_rel=0.0, bytes=1000, events_us=events_us if ok else None)
+
+
+def test_winner_is_the_fastest_correct_row_of_each_group_and_triton_gets_its_speedup():
+    rows = [
+        _result("triton", bm.FWD, 10.0), _result("F.rms_norm", bm.FWD, 12.0), _result("liger", bm.FWD, 1.0, ok=False),
+        _result("triton", bm.FWD_BWD, 30.0), _result("compile", bm.FWD_BWD, 20.0),
+    ]
+    bm.mark_winners(rows)
+    assert [r.winner for r in rows] == [True, False, False, False, True]
+    assert rows[0].speedup_vs_best_peer == pytest.approx(1.2)  # the failed liger row is no peer
+    assert rows[3].speedup_vs_best_peer == pytest.approx(20.0 / 30.0)
+
+
+def test_table_and_json_from_a_tiny_run_with_an_injected_timer(device, tmp_path):
+    """End to end on the kernels' device with a fake timer: the numbers derive from the timer's."""
+    timer = FakeTimer(events_s=1e-4, do_bench_s=2e-4, host_s=1e-5)
+    ceiling = 2e12  # bytes/s
+    impls = ["triton", "reference", "F.rms_norm"]
+    results = bm.run_benchmark([(4, 257, "float32")], impls, device, timer, ceiling, log=lambda s: None)
+    assert timer.calls == len(impls) * 2 and all(r.ok for r in results)
+    r = next(r for r in results if r.impl == "triton" and r.mode == bm.FWD_BWD)
+    assert r.bytes == bm.bytes_moved(bm.FWD_BWD, 4, 257, torch.float32)
+    assert r.events_us == pytest.approx(100.0) and r.do_bench_us == pytest.approx(200.0) and r.host_us == pytest.approx(10.0)
+    assert r.bandwidth_tbps == pytest.approx(r.bytes / 1e-4 / 1e12)
+    assert r.pct_of_ceiling == pytest.approx(100 * r.bytes / 1e-4 / ceiling)
+
+    args = argparse.Namespace(warmup=20, samples=50, calls=20, no_do_bench=False)
+    report = bm.make_report(True, "fake-gpu", ceiling, results, args)
+    path = bm.write_json(report, tmp_path / "out")
+    data = json.loads(path.read_text())
+    assert path.name == "benchmark.json" and data["timed"] is True and data["device"] == "fake-gpu"
+    assert data["ceiling_tbps"] == pytest.approx(2.0)
+    assert data["liger_settings"] == {"offset": 0.0, "casting_mode": "llama", "in_place": True}
+    assert len(data["results"]) == 6 and {x["impl"] for x in data["results"]} == set(impls)
+    assert all(isinstance(x["N"], int) and x["N"] == 257 for x in data["results"])  # flat records, as figures reads them
+
+    table = bm.format_table(results, 2.0)
+    lines = table.splitlines()
+    assert lines[0].split()[:4] == ["shape", "dtype", "mode", "impl"]
+    assert sum(1 for line in lines if line.startswith("4x257")) == 6
+    assert "copy ceiling: 2.00 TB/s" in lines[-1]
+    assert f"{r.bandwidth_tbps:.2f}" in table
+
+
+def test_json_never_holds_nan_or_infinity(tmp_path):
+    bad = bm.Result(shape="1x1", M=1, N=1, dtype="float32", mode=bm.FWD, impl="x", ok=False, detail="d", max_abs=math.inf, max_rel=math.nan, bytes=8)
+    args = argparse.Namespace(warmup=1, samples=1, calls=1, no_do_bench=True)
+    path = bm.write_json(bm.make_report(False, "cpu", None, [bad], args), tmp_path)
+    assert json.loads(path.read_text())["results"][0]["max_abs"] is None
+
+
+def test_unknown_impl_names_are_refused():
+    with pytest.raises(SystemExit, match="unknown --impls cuda"):
+        bm._parse_impls("triton,cuda")
+    with pytest.raises(ValueError, match="impl is 'cuda'"):
+        bm.make_impl("cuda", "cpu")
+
+
+@pytest.mark.skipif(backend() == CUDA, reason="the CPU fallback; on a GPU the command times for real")
+def test_without_a_gpu_the_command_runs_a_correctness_smoke(tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    bm.add_arguments(parser)
+    assert bm.run(parser.parse_args(["--outputs", str(tmp_path), "--require-gpu"])) == 2
+    assert "timings need a CUDA GPU" in capsys.readouterr().err
+    assert not (tmp_path / "benchmark.json").exists()
+    assert bm.run(parser.parse_args(["--outputs", str(tmp_path)])) == 0
+    out = capsys.readouterr()
+    assert "correctness-only smoke" in out.err and "no timings" in out.out
+    data = json.loads((tmp_path / "benchmark.json").read_text())
+    assert data["timed"] is False and data["ceiling_tbps"] is None
+    assert {r["impl"] for r in data["results"]} == {"triton", "reference", "F.rms_norm"}
+    assert all(r["ok"] and r["events_us"] is None for r in data["results"])
+
+
+def test_plan_overrides_are_undone():
+    before = bm.kernels.PROGRAMS_PER_SM
+    with bm.plan_overrides(PROGRAMS_PER_SM=before + 3):
+        assert bm.kernels.PROGRAMS_PER_SM == before + 3
+    assert bm.kernels.PROGRAMS_PER_SM == before
+
+
+def test_liger_settings_are_liger_defaults():
+    inspect = pytest.importorskip("inspect")
+    rms = pytest.importorskip("liger_kernel.ops.rms_norm")
+    params = inspect.signature(rms.LigerRMSNormFunction.forward).parameters
+    for name, value in bm.LIGER_SETTINGS.items():
+        assert params[name].default == value
