@@ -7,7 +7,7 @@ comparison rule come from ``tolerances.compare`` only.
 Numeric campaigns compare the Triton path with the oracle of ``reference.py``:
 
 - forward:  ``rmsnorm(x, gamma)`` against ``rmsnorm_reference(x, gamma)``;
-- dx, dgamma: autograd through the custom op against autograd through the reference, with the same dy.
+- dx, dgamma: autograd through ``rmsnorm`` against autograd through the reference, with the same dy.
 
 The inputs of every case are drawn from a generator seeded by the case's position, so a report can be
 reproduced case by case.
@@ -27,7 +27,7 @@ import torch
 
 from . import kernels
 from .backend import backend, kernel_device_type
-from .contract import DGAMMA_SCRATCH_BUDGET_BYTES, MAX_N, ContractError
+from .contract import MAX_N, ContractError
 from .mutants import dx_block_mean, forward_block_mean
 from .op import call_counts, rmsnorm
 from .reference import DEFAULT_EPS, manual_backward, rmsnorm_reference
@@ -55,7 +55,6 @@ QUICK_SHAPES: tuple[tuple[int, ...], ...] = ((1, 257), (17, 255), (17, 256), (2,
 CAMPAIGNS = ("forward", "dx", "dgamma")
 
 Forward = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
-Gradient = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]  # (dy, x, gamma, eps)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -64,6 +63,12 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def is_power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message``: enough for a table cell; some errors carry whole tracebacks."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -112,15 +117,11 @@ def triton_dgamma(dy, x, gamma, eps):
     return _grads(rmsnorm, x, gamma, dy, eps)[1]
 
 
-def _mutant_dx(dy, x, gamma, eps):
-    return dx_block_mean(dy, x, gamma, eps)
-
-
 #: What each campaign can run: the Triton path, and for forward and dx the deliberately broken variant
 #: of ``mutants.py`` (denominator BLOCK instead of N), which the campaign must catch.
 KERNELS: dict[str, dict[str, Callable]] = {
     "forward": {"triton": rmsnorm, "block-mean": forward_block_mean},
-    "dx": {"triton": triton_dx, "block-mean": _mutant_dx},
+    "dx": {"triton": triton_dx, "block-mean": dx_block_mean},
     "dgamma": {"triton": triton_dgamma},
 }
 
@@ -157,7 +158,7 @@ def run_campaign(
             c = compare(got, want)
             case = CampaignCase(campaign, kernel, dtype_name(dtype), shape, seed, c.max_abs, c.max_rel, tol.atol, tol.rtol, c.ok)
         except Exception as exc:  # a crash is a failed case, reported with the others
-            case = CampaignCase(campaign, kernel, dtype_name(dtype), shape, seed, math.nan, math.nan, tol.atol, tol.rtol, False, f"{type(exc).__name__}: {exc}")
+            case = CampaignCase(campaign, kernel, dtype_name(dtype), shape, seed, math.nan, math.nan, tol.atol, tol.rtol, False, one_line(exc))
         cases.append(case)
     return cases
 
@@ -272,7 +273,7 @@ def reference_checks(shapes: Iterable[Sequence[int]] = REFERENCE_SHAPES) -> list
             )
             results.append(ReferenceCheck("gradcheck", "float64", shape, math.nan, math.nan, bool(ok)))
         except Exception as exc:  # gradcheck raises GradcheckError with the mismatching Jacobians
-            results.append(ReferenceCheck("gradcheck", "float64", shape, math.nan, math.nan, False, str(exc).splitlines()[0]))
+            results.append(ReferenceCheck("gradcheck", "float64", shape, math.nan, math.nan, False, one_line(exc)))
         for dtype in (torch.float64, *DTYPES):
             x, gamma, dy = campaign_inputs(shape, dtype, "cpu", seed=2000 + i)
             dx_auto, dgamma_auto = _grads(rmsnorm_reference, x, gamma, dy, DEFAULT_EPS)
@@ -291,8 +292,8 @@ def reference_checks(shapes: Iterable[Sequence[int]] = REFERENCE_SHAPES) -> list
 class Violation:
     """An input the Triton path must refuse, and a pattern its ContractError message must match.
 
-    The patterns ask that the message name the argument and say what is accepted, not for its exact
-    wording. ``build(device)`` returns ``(x, gamma, eps)`` or raises ``NotApplicable``.
+    The patterns check that the message names the argument, what it received and what is accepted.
+    ``build(device)`` returns ``(x, gamma, eps)`` or raises ``NotApplicable``.
     """
 
     name: str
@@ -308,26 +309,21 @@ class NotApplicable(Exception):
 def _scratch_over_budget(d: str):
     from . import contract
 
-    n = MAX_N
+    n, budget = MAX_N, contract.DGAMMA_SCRATCH_BUDGET_BYTES
 
     def need(rows: int) -> int:
-        try:
-            return contract.dgamma_scratch_bytes(rows, n, torch.device(d))
-        except TypeError:  # an older signature without the device
-            return contract.dgamma_scratch_bytes(rows, n)
+        return contract.dgamma_scratch_bytes(rows, n, torch.device(d))
 
-    # x is allocated (not filled) with this many rows, so it is capped; a scratch bounded below the
-    # budget whatever the rows (one partial row per program) makes the violation unreachable.
+    # x is allocated, never filled, so its rows are capped (2 GiB of float32). A scratch that stays
+    # under the budget at the cap (the backward keeps one partial row per program, whatever M) means
+    # the violation cannot be built on this device.
     cap = max(1, (1 << 31) // (4 * n))
-    if need(cap) <= DGAMMA_SCRATCH_BUDGET_BYTES:
-        raise NotApplicable(
-            f"the dgamma scratch for N = {n} stays at {need(cap) / 2**20:.1f} MiB or less on {d} "
-            f"(budget {DGAMMA_SCRATCH_BUDGET_BYTES / 2**20:g} MiB)"
-        )
+    if need(cap) <= budget:
+        raise NotApplicable(f"the dgamma scratch for N = {n} stays at {need(cap) / 2**20:.1f} MiB or less on {d} (budget {budget / 2**20:g} MiB)")
     lo, hi = 1, cap  # the fewest rows over the budget
     while lo < hi:
         mid = (lo + hi) // 2
-        lo, hi = (mid + 1, hi) if need(mid) <= DGAMMA_SCRATCH_BUDGET_BYTES else (lo, mid)
+        lo, hi = (mid + 1, hi) if need(mid) <= budget else (lo, mid)
     return torch.empty(lo, n, device=d), torch.ones(n, device=d), 1e-6
 
 
@@ -443,7 +439,7 @@ def _try_refusal(v: Violation, device: str) -> NegativeCase:
     except KernelLaunched as exc:
         return NegativeCase("contract", v.name, expected, f"not refused before a launch: {exc}", False)
     except Exception as exc:
-        return NegativeCase("contract", v.name, expected, f"raised {type(exc).__name__} instead: {exc}", False)
+        return NegativeCase("contract", v.name, expected, f"raised {one_line(exc)} instead", False)
     return NegativeCase("contract", v.name, expected, "accepted (no error raised)", False)
 
 
@@ -457,7 +453,7 @@ def _control_case(device: str) -> NegativeCase:
     except KernelLaunched as exc:
         return NegativeCase("control", "valid_input_trips_the_wire", expected, f"tripped: {exc}", True)
     except Exception as exc:
-        return NegativeCase("control", "valid_input_trips_the_wire", expected, f"raised {type(exc).__name__}: {exc}", False)
+        return NegativeCase("control", "valid_input_trips_the_wire", expected, f"raised {one_line(exc)}", False)
     return NegativeCase("control", "valid_input_trips_the_wire", expected, "ran without touching kernels.py: the tripwire sees nothing", False)
 
 
@@ -546,7 +542,7 @@ def exercise(eps: float = DEFAULT_EPS, device: str | None = None) -> list[Exerci
             rows.append(ExerciseRow("forward, row of ones", n, kernel, float(y.flatten()[0]), predicted, c.max_abs, c.ok, should_agree, by_hand and c.ok == should_agree))
         _, _, dy = campaign_inputs((1, n), torch.float32, device, seed=n)
         dx_ref, _ = _grads(rmsnorm_reference, x, gamma, dy, eps)
-        for kernel, fn in (("triton", triton_dx), ("block-mean", _mutant_dx)):
+        for kernel, fn in (("triton", triton_dx), ("block-mean", dx_block_mean)):
             c = compare(fn(dy, x, gamma, eps), dx_ref)
             should_agree = kernel == "triton" or n == block
             rows.append(ExerciseRow("backward dx, row of ones, random dy", n, kernel, c.max_abs, math.nan, c.max_abs, c.ok, should_agree, c.ok == should_agree))
@@ -836,8 +832,7 @@ def audit_checkpoint(path: Path, build_network: Callable | None, import_problem:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0]
-        return CheckpointAudit(name, "load", False, f"damaged or not loadable with weights_only=True ({type(exc).__name__}: {first})")
+        return CheckpointAudit(name, "load", False, f"damaged or not loadable with weights_only=True ({one_line(exc)})")
     if not isinstance(ckpt, dict):
         return CheckpointAudit(name, "keys", False, f"holds a {type(ckpt).__name__}; accepted: a Lightning checkpoint dict")
     missing = [k for k in CHECKPOINT_KEYS if k not in ckpt]
@@ -859,14 +854,14 @@ def audit_checkpoint(path: Path, build_network: Callable | None, import_problem:
             return CheckpointAudit(name, "rebuild", False, f"state_dict keys do not fit build_network(**hyper_parameters): network expects {sorted(expected_keys)[:4]}..., file has {sorted(state)[:4]}...")
         net.load_state_dict(matched)
     except Exception as exc:
-        return CheckpointAudit(name, "rebuild", False, f"build_network(**hyper_parameters) failed ({type(exc).__name__}: {exc})")
+        return CheckpointAudit(name, "rebuild", False, f"build_network(**hyper_parameters) failed ({one_line(exc)})")
     try:
         net = net.to(device).eval()
         with torch.no_grad():
             got = net(record["test_inputs"].to(device))
         c = compare(got, record["test_outputs"])
     except Exception as exc:
-        return CheckpointAudit(name, "reproduce", False, f"running the network on the recorded test inputs failed ({type(exc).__name__}: {exc})")
+        return CheckpointAudit(name, "reproduce", False, f"running the network on the recorded test inputs failed ({one_line(exc)})")
     if not c.ok:
         return CheckpointAudit(name, "reproduce", False, f"outputs differ from those recorded at save time beyond {c.tolerance}", c.max_abs, c.max_rel)
     return CheckpointAudit(name, "verified", True, f"reproduces {tuple(record['test_outputs'].shape)} recorded test outputs", c.max_abs, c.max_rel)
