@@ -10,7 +10,7 @@ Ranges (a negative step count, a zero batch size) are checked by ``validate`` be
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
@@ -75,6 +75,7 @@ class Config:
     paths: PathsConfig = field(default_factory=PathsConfig)
     seed: int = MISSING
     compile: bool = MISSING
+    ckpt_path: Optional[str] = None
 
 
 def register_configs() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -27,8 +29,68 @@ def make_splits(
     return tuple(splits)
 
 
+def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """The permutation of the training split for one epoch: a function of (seed, epoch) alone."""
+    digest = hashlib.sha256(f"rmsnorm_kernel/{seed}/{epoch}".encode()).digest()
+    return torch.randperm(n, generator=torch.Generator().manual_seed(int.from_bytes(digest[:8], "little")))
+
+
+class ResumableBatches:
+    """Training batches, epoch after epoch, that can start again at any step.
+
+    Training step s (one batch per step) takes global batch s % B of epoch s // B, where B is the number
+    of full global batches in the split, in the order ``epoch_order`` gives. Resuming at step s needs
+    only s, which a checkpoint holds as its global step, so a run resumed mid-epoch sees exactly the
+    batches the uninterrupted run would have seen. (A plain shuffled DataLoader starts its epoch over.)
+
+    Under data parallelism each of ``world_size`` processes takes its own slice of the same global batch
+    of ``batch_size * world_size`` examples: 2 processes of 16 see what 1 process of 32 sees.
+    """
+
+    def __init__(
+        self, data: TensorDataset, batch_size: int, seed: int, start_step: int = 0, world_size: int = 1, rank: int = 0
+    ) -> None:
+        self.x, self.y = data.tensors
+        self.batch_size = batch_size
+        self.seed = seed
+        self.world_size = world_size
+        self.rank = rank
+        self.global_batch = batch_size * world_size
+        self.num_batches = len(self.x) // self.global_batch
+        if self.num_batches == 0:
+            raise ValueError(
+                f"ResumableBatches: a global batch of {self.global_batch} examples does not fit in a training "
+                f"split of {len(self.x)}; accepted: batch_size * world_size <= the split size"
+            )
+        self.next_step = start_step
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    # Lightning stores this in checkpoints and hands it back on resume. The position itself comes from
+    # the global step (see above); the layout must not have changed, or the steps would map to other data.
+    def state_dict(self) -> dict:
+        return {"seed": self.seed, "global_batch": self.global_batch, "num_batches": self.num_batches}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state != self.state_dict():
+            raise ValueError(
+                f"ResumableBatches: the checkpoint's training batches were {state}; this run's are "
+                f"{self.state_dict()}; accepted: the same seed, global batch and split size to resume"
+            )
+
+    def __iter__(self):
+        epoch, offset = divmod(self.next_step, self.num_batches)
+        order = epoch_order(len(self.x), self.seed, epoch)
+        lo, hi = self.rank * self.batch_size, (self.rank + 1) * self.batch_size
+        for b in range(offset, self.num_batches):
+            idx = order[b * self.global_batch : (b + 1) * self.global_batch][lo:hi]
+            self.next_step = epoch * self.num_batches + b + 1
+            yield self.x[idx], self.y[idx]
+
+
 class SyntheticRegressionData(L.LightningDataModule):
-    """Deterministic splits; the training batches are shuffled by a generator seeded from ``shuffle_seed``."""
+    """Deterministic splits; training batches in an order fixed by ``shuffle_seed``, resumable at any step."""
 
     def __init__(
         self,
@@ -43,15 +105,26 @@ class SyntheticRegressionData(L.LightningDataModule):
         shuffle_seed: int,
     ) -> None:
         super().__init__()
+        self.save_hyperparameters()  # kept in checkpoints: a resume must see the same data
         self.batch_size = batch_size
         self.shuffle_seed = shuffle_seed
         self.train, self.val, self.test = make_splits(
             input_dim, output_dim, (train_size, val_size, test_size), noise, seed
         )
 
-    def train_dataloader(self) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.shuffle_seed)
-        return DataLoader(self.train, batch_size=self.batch_size, shuffle=True, drop_last=True, generator=generator)
+    def train_dataloader(self) -> ResumableBatches:
+        # Lightning restores a checkpoint's global step before it asks for the training data.
+        trainer = self.trainer
+        if trainer is None:
+            return ResumableBatches(self.train, self.batch_size, self.shuffle_seed)
+        return ResumableBatches(
+            self.train,
+            self.batch_size,
+            self.shuffle_seed,
+            start_step=trainer.global_step,
+            world_size=trainer.world_size,
+            rank=trainer.global_rank,
+        )
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val, batch_size=self.batch_size)

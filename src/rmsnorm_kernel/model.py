@@ -14,6 +14,12 @@ from .op import call_counts
 
 #: The constructor arguments of ``build_network``, as saved in a checkpoint's hyper-parameters.
 NETWORK_KEYS = ("input_dim", "hidden_dim", "output_dim", "norm_impl", "eps")
+#: Test-split rows whose outputs every checkpoint records, so an audit can re-run the saved network.
+PROBE_ROWS = 64
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite; raised before the bad step updates any weight."""
 
 
 def build_network(input_dim: int, hidden_dim: int, output_dim: int, norm_impl: str, eps: float) -> nn.Sequential:
@@ -66,7 +72,12 @@ class RMSNormRegressor(L.LightningModule):
         x, y = batch
         pred = self._counted("train/forward", self.net, x)
         loss = F.mse_loss(pred.float(), y)
-        self.log("train/mse", loss, on_step=True, on_epoch=False, prog_bar=True)
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(
+                f"train/mse is {loss.item()} at step {self.global_step}, before that step changed any weight"
+            )
+        self._step_mse = loss.detach()
+        self.log("train/mse", loss, on_step=True, on_epoch=False, prog_bar=True, logger=False)
         return loss
 
     def on_before_backward(self, loss: torch.Tensor) -> None:
@@ -74,10 +85,18 @@ class RMSNormRegressor(L.LightningModule):
 
     def on_after_backward(self) -> None:
         self.calls["train/backward"] += call_counts()["backward"] - self._backward_start
-
-    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        self.log("calls/forward", float(self.calls["train/forward"]), on_step=True, on_epoch=False)
-        self.log("calls/backward", float(self.calls["train/backward"]), on_step=True, on_epoch=False)
+        # The step's scalars go to the logger here, before the step's checkpoint is written (and the
+        # checkpoint flushes them): a run killed after a checkpoint has every step up to it on disk,
+        # and its resumption logs every later step once.
+        if self.logger is not None:
+            self.logger.log_metrics(
+                {
+                    "train/mse": float(self._step_mse),
+                    "calls/forward": float(self.calls["train/forward"]),
+                    "calls/backward": float(self.calls["train/backward"]),
+                },
+                step=self.global_step,
+            )
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
@@ -97,6 +116,34 @@ class RMSNormRegressor(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         self.test_mse = self._test_sq_err / self._test_count
         self.log("test/mse", self.test_mse)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # Random generators: nothing in this network draws from them during training today, but a resumed
+        # run must continue every stream exactly where the interrupted one stopped.
+        rng = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        checkpoint["rng"] = rng
+        checkpoint["calls"] = dict(self.calls)  # a resumed run keeps counting from here
+        if self.logger is not None:
+            self.logger.save()  # every scalar up to this checkpoint reaches the disk with it
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if datamodule is not None:
+            x = datamodule.test.tensors[0][:PROBE_ROWS]
+            was_training = self.net.training
+            self.net.eval()
+            with torch.no_grad():
+                out = self.net.forward(x.to(self.device)).float().cpu()  # eager, also when compiled
+            self.net.train(was_training)
+            checkpoint["rmsnorm_kernel"] = {"test_inputs": x.clone(), "test_outputs": out}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.calls.update(checkpoint.get("calls", {}))
+        rng = checkpoint.get("rng")
+        if rng is not None:
+            torch.set_rng_state(rng["torch"])
+            if "cuda" in rng and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)

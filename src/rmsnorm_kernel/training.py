@@ -33,9 +33,10 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from .backend import backend
+from .checkpoints import AtomicCheckpointIO, CheckpointError, check_matches, read_checkpoint, remove_stale_temporaries
 from .config import ConfigError, validate
 from .data import SyntheticRegressionData
-from .model import RMSNormRegressor, build_network
+from .model import NonFiniteLossError, RMSNormRegressor, build_network
 from .module import IMPLS
 from .tolerances import compare
 
@@ -173,6 +174,50 @@ def flat_hparams(cfg: DictConfig) -> dict:
     return flat
 
 
+@dataclass
+class Resume:
+    path: Path
+    version: int | None  # the TensorBoard/checkpoint version of the run it continues, when known
+    global_step: int
+
+
+def resolve_resume(cfg: DictConfig, module: RMSNormRegressor, data: SyntheticRegressionData) -> Resume | None:
+    """Finds and checks the checkpoint ``cfg.ckpt_path`` names, before anything is written.
+
+    ``last`` is the newest ``last.ckpt`` of this run (same norm path and seed). The file must load with
+    ``weights_only=True`` and hold this configuration's network, norm path and data.
+    """
+    if cfg.ckpt_path is None:
+        return None
+    run_dir = project_path(cfg.paths.checkpoints) / run_name(cfg)
+    if cfg.ckpt_path == "last":
+        candidates = sorted(run_dir.glob("version_*/last.ckpt"), key=lambda p: p.stat().st_mtime)
+        if not candidates:
+            raise CheckpointError(f"ckpt_path=last: {run_dir} holds no last.ckpt to resume from")
+        path = candidates[-1]
+    else:
+        path = project_path(cfg.ckpt_path)
+    ckpt = read_checkpoint(path)
+    check_matches(path, ckpt, dict(module.hparams))
+    data_hp = ckpt.get("datamodule_hyper_parameters")
+    if data_hp is not None:
+        check_matches(path, {"hyper_parameters": data_hp}, dict(data.hparams))
+    version = None
+    if path.parent.parent == run_dir and path.parent.name.startswith("version_"):
+        version = int(path.parent.name.removeprefix("version_"))
+    return Resume(path=path, version=version, global_step=int(ckpt["global_step"]))
+
+
+def mark_restart(logger: TensorBoardLogger, step: int) -> None:
+    """Tells TensorBoard that the run restarts at ``step``: values logged at later steps before the
+    interruption are orphans and are dropped by its readers, so each step keeps one value."""
+    from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+
+    writer = logger.experiment._get_file_writer()
+    writer.add_event(Event(step=step, session_log=SessionLog(status=SessionLog.START)))
+    writer.flush()
+
+
 def run(cfg: DictConfig) -> RunResult:
     """Trains once as configured, runs the checks, and returns what happened (failures included)."""
     validate(cfg)
@@ -183,11 +228,19 @@ def run(cfg: DictConfig) -> RunResult:
     result = RunResult(name=name, impl=cfg.norm.impl, seed=cfg.seed, backend=backend())
     module, data = build(cfg)
     result.initial_weights_sha256 = state_dict_sha256(module)
+    resume = resolve_resume(cfg, module, data)
     if cfg.compile:
         module.net.compile(fullgraph=True)  # in place: the state dict keeps its keys
 
-    logger = TensorBoardLogger(save_dir=str(project_path(cfg.paths.runs)), name=name, default_hp_metric=False)
+    # A resumed run continues the run it came from: same TensorBoard folder, same checkpoint folder.
+    version = resume.version if resume is not None else None
+    logger = TensorBoardLogger(
+        save_dir=str(project_path(cfg.paths.runs)), name=name, version=version, default_hp_metric=False
+    )
     checkpoint_dir = project_path(cfg.paths.checkpoints) / name / f"version_{logger.version}"
+    remove_stale_temporaries(checkpoint_dir)
+    if resume is not None:
+        mark_restart(logger, resume.global_step)
     parity = InitialParity()
     checkpoints = ModelCheckpoint(
         dirpath=checkpoint_dir,
@@ -211,12 +264,20 @@ def run(cfg: DictConfig) -> RunResult:
         log_every_n_steps=1,
         logger=logger,
         callbacks=[parity, checkpoints],
+        plugins=[AtomicCheckpointIO()],
         default_root_dir=str(checkpoint_dir),
     )
-    trainer.fit(module, datamodule=data)
+    try:
+        trainer.fit(module, datamodule=data, ckpt_path=str(resume.path) if resume else None, weights_only=True)
+    except NonFiniteLossError as e:
+        saved = sorted(checkpoint_dir.glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+        kept = f"the last good checkpoint is {saved[-1]}" if saved else "no checkpoint had been written yet"
+        raise NonFiniteLossError(f"{e}; {kept}") from None
     fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}  # test() resets them
     final = checkpoint_dir / "final.ckpt"
     trainer.save_checkpoint(final, weights_only=False)  # the full state: optimizer and loops too
+    # last.ckpt is what ckpt_path=last resumes: after a completed run, that is the final state.
+    trainer.save_checkpoint(checkpoint_dir / "last.ckpt", weights_only=False)
     trainer.test(module, datamodule=data, verbose=False)
 
     result.steps = trainer.global_step
@@ -272,7 +333,11 @@ def format_summary(r: RunResult) -> str:
         f"test {m.get('test/mse', float('nan')):.6f}",
         f"  Triton calls: train forward {r.calls.get('train/forward')}, backward {r.calls.get('train/backward')}; "
         f"val forward {r.calls.get('val/forward')}, test forward {r.calls.get('test/forward')}",
-        f"  initial parity: output {m.get('parity/initial_output_err'):.3g}, grad {m.get('parity/initial_grad_err'):.3g}",
+        (
+            f"  initial parity: output {m['parity/initial_output_err']:.3g}, grad {m['parity/initial_grad_err']:.3g}"
+            if m.get("parity/initial_output_err") is not None
+            else "  initial parity: measured at step 0 by the run this one resumed"
+        ),
         f"  reload parity: max |diff| {m.get('reload/max_abs_diff')} ({'bit-identical' if m.get('reload/max_abs_diff') == 0 else 'DIFFERENT'})",
         f"  logs: {r.log_dir}",
         f"  checkpoint: {r.checkpoint}",
@@ -289,6 +354,12 @@ def main(cfg: DictConfig) -> RunResult:
     except ConfigError as e:
         print(f"train.py: configuration error: {e}", file=sys.stderr)
         sys.exit(2)
+    except CheckpointError as e:
+        print(f"train.py: checkpoint error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except NonFiniteLossError as e:
+        print(f"train.py: training stopped: {e}", file=sys.stderr)
+        sys.exit(1)
     print(format_summary(result), flush=True)
     if not result.ok and not multirun:
         print(f"train.py: check failed: {result.failures[0]}", file=sys.stderr)

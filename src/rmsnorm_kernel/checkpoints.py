@@ -1,0 +1,111 @@
+"""Checkpoints that a crash cannot half-write, and a reader that names what is wrong with a bad file.
+
+Writing: the checkpoint goes to a temporary file in the destination folder, is flushed to disk, and is
+renamed over the destination. A rename within one file system is atomic, so at every instant the
+destination holds either the previous complete file or the new complete file. (Lightning's own saver
+stages the file in the system's temporary folder, which may be another file system, where the final
+move is a copy.)
+
+Reading: ``torch.load(..., weights_only=True)``, so a checkpoint file cannot run code.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+TMP_SUFFIX = ".tmp"
+REQUIRED_KEYS = ("state_dict", "hyper_parameters", "optimizer_states", "loops", "global_step")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used, with a message naming the file and the problem."""
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    # The rename itself must reach the disk too: sync the folder's entry.
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Temporary files a killed writer left behind (never a checkpoint: those are renamed into place)."""
+    stale = sorted(folder.glob(f".*{TMP_SUFFIX}")) if folder.is_dir() else []
+    for p in stale:
+        p.unlink()
+    return stale
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint I/O with the write made atomic (see the module docstring)."""
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"AtomicCheckpointIO: storage_options is {storage_options!r}; accepted: None")
+        atomic_torch_save(checkpoint, path)
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict:
+    """Loads a checkpoint safely; raises ``CheckpointError`` naming the file and what is wrong with it."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} is not a file")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty (0 bytes)")
+    try:
+        # torch.load does not verify the CRC-32 that torch.save stores for each record of the zip
+        # archive: damaged tensor bytes would load as wrong weights. zipfile checks every record.
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+        if damaged is not None:
+            raise CheckpointError(f"checkpoint {path} is corrupted (record {damaged} fails its CRC-32 check)")
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except CheckpointError:
+        raise
+    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError, OSError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupted and cannot be read ({reason})") from e
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f"checkpoint {path} holds a {type(ckpt).__name__}, not a training checkpoint")
+    missing = [k for k in REQUIRED_KEYS if k not in ckpt]
+    if missing:
+        raise CheckpointError(
+            f"checkpoint {path} is not a full training checkpoint of this project (missing: {', '.join(missing)})"
+        )
+    return ckpt
+
+
+def check_matches(path: str | os.PathLike, ckpt: dict, expected: dict) -> None:
+    """The checkpoint's hyper-parameters must be those of the configured network; name the first mismatch."""
+    hp = ckpt["hyper_parameters"]
+    for key, want in expected.items():
+        if key not in hp:
+            raise CheckpointError(f"checkpoint {path} is not from this project's network (no hyper-parameter {key!r})")
+        if hp[key] != want:
+            what = "norm path" if key == "norm_impl" else key
+            raise CheckpointError(
+                f"checkpoint {path} was trained with {what} = {hp[key]!r}; the configuration asks for {want!r}"
+            )
