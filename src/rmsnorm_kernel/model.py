@@ -40,7 +40,8 @@ class RMSNormRegressor(L.LightningModule):
     The counters of ``rmsnorm_kernel.call_counts()`` are read around each training forward and each
     backward, and around each validation and test forward, so the training counts hold exactly the
     calls that training made (one forward and one backward per step on the Triton path), apart from
-    evaluation and from anything a callback runs.
+    evaluation and from anything a callback runs. Counts are per process: under data parallelism each
+    process counts its own calls, and the logged ``calls/*`` values are those of process 0.
     """
 
     def __init__(
@@ -72,11 +73,13 @@ class RMSNormRegressor(L.LightningModule):
         x, y = batch
         pred = self._counted("train/forward", self.net, x)
         loss = F.mse_loss(pred.float(), y)
-        if not torch.isfinite(loss):
+        # The MSE of the global batch: under data parallelism each process holds an equal share of it.
+        # (A copy: the all-reduce works in place and must not touch the loss that backward will use.)
+        self._step_mse = self.trainer.strategy.reduce(loss.detach().clone(), reduce_op="mean")
+        if not torch.isfinite(self._step_mse):  # the same verdict on every process: none is left waiting
             raise NonFiniteLossError(
-                f"train/mse is {loss.item()} at step {self.global_step}, before that step changed any weight"
+                f"train/mse is {self._step_mse.item()} at step {self.global_step}, before that step changed any weight"
             )
-        self._step_mse = loss.detach()
         self.log("train/mse", loss, on_step=True, on_epoch=False, prog_bar=True, logger=False)
         return loss
 
@@ -101,7 +104,7 @@ class RMSNormRegressor(L.LightningModule):
     def validation_step(self, batch, batch_idx):
         x, y = batch
         pred = self._counted("val/forward", self.net, x)
-        self.log("val/mse", F.mse_loss(pred.float(), y), on_step=False, on_epoch=True, prog_bar=True)
+        self.log("val/mse", F.mse_loss(pred.float(), y), on_step=False, on_epoch=True, prog_bar=True, sync_dist=True)
 
     def on_test_epoch_start(self) -> None:
         self._test_sq_err, self._test_count = 0.0, 0
@@ -114,8 +117,10 @@ class RMSNormRegressor(L.LightningModule):
         self._test_count += y.numel()
 
     def on_test_epoch_end(self) -> None:
-        self.test_mse = self._test_sq_err / self._test_count
-        self.log("test/mse", self.test_mse)
+        totals = torch.tensor([self._test_sq_err, float(self._test_count)], dtype=torch.float64, device=self.device)
+        sq_err, count = self.trainer.strategy.reduce(totals, reduce_op="sum").tolist()  # all processes' shares
+        self.test_mse = sq_err / count
+        self.log("test/mse", self.test_mse, sync_dist=True)  # equal on every process already
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         # Random generators: nothing in this network draws from them during training today, but a resumed

@@ -29,6 +29,7 @@ from hydra.experimental.callback import Callback as HydraCallback
 from hydra.types import RunMode
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
@@ -238,9 +239,12 @@ def run(cfg: DictConfig) -> RunResult:
         save_dir=str(project_path(cfg.paths.runs)), name=name, version=version, default_hp_metric=False
     )
     checkpoint_dir = project_path(cfg.paths.checkpoints) / name / f"version_{logger.version}"
-    remove_stale_temporaries(checkpoint_dir)
-    if resume is not None:
-        mark_restart(logger, resume.global_step)
+    # Under data parallelism every process runs this function; process 0 alone writes files (Lightning
+    # routes logging and checkpoint writing through it, and these lines follow the same rule).
+    if rank_zero_only.rank == 0:
+        remove_stale_temporaries(checkpoint_dir)
+        if resume is not None:
+            mark_restart(logger, resume.global_step)
     parity = InitialParity()
     checkpoints = ModelCheckpoint(
         dirpath=checkpoint_dir,
@@ -284,6 +288,9 @@ def run(cfg: DictConfig) -> RunResult:
     result.log_dir = logger.log_dir
     result.checkpoint = str(final)
     result.calls = dict(module.calls)
+    result.seconds = time.perf_counter() - start
+    if not trainer.is_global_zero:
+        return result  # the checks below read and write files: process 0 runs them, in one process
     diff, reloaded_impl = reload_max_abs_diff(module, final, data, trainer.strategy.root_device)
     logger.log_metrics({"reload/max_abs_diff": diff}, step=trainer.global_step)
     result.metrics = {
@@ -351,6 +358,8 @@ def main(cfg: DictConfig) -> RunResult:
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         result = run(cfg)
+        if rank_zero_only.rank != 0:
+            return result  # process 0 reports for all
     except ConfigError as e:
         print(f"train.py: configuration error: {e}", file=sys.stderr)
         sys.exit(2)
