@@ -80,6 +80,19 @@ def _backward(ctx, dy: Tensor):
 _rmsnorm_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+def _refuse_double_backward(ctx, ddx, ddgamma):
+    raise NotImplementedError(
+        "rmsnorm (triton): gradients of gradients (double backward) are not implemented; accepted: "
+        "first-order gradients, or RMSNorm(impl='reference') / rmsnorm_reference for higher orders"
+    )
+
+
+# Without a formula here, a gradient computed with create_graph=True would come back silently
+# detached, and a penalty built on it would add nothing to the next backward. Registering one that
+# refuses makes that second backward fail with a message instead.
+_rmsnorm_backward_op.register_autograd(_refuse_double_backward, setup_context=lambda ctx, inputs, output: None)
+
+
 class _RMSNormFunction(torch.autograd.Function):
     """The eager route: the same kernels as the custom op, without its dispatch overhead."""
 
@@ -93,6 +106,11 @@ class _RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy: Tensor):
         x, gamma = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            # create_graph=True: through the backward op, whose own backward refuses with a message
+            # (called directly, the kernels would return silently detached gradients).
+            dx, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(dy, x, gamma, ctx.eps)
+            return dx, dgamma, None
         _CALLS["backward"] += 1
         dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, ctx.eps)
         return dx, dgamma, None
