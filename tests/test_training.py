@@ -65,6 +65,7 @@ def check_two_path_run(tmp_path, proc, steps, val_every):
         expected_calls = steps if impl == "triton" else 0
         assert s["calls/forward"][-1] == (steps - 1, expected_calls)
         assert s["calls/backward"][-1] == (steps - 1, expected_calls)
+        assert s["calls/fallback"][-1] == (steps - 1, 0.0)
     # the Triton path counts one call per step, step after step
     assert [v for _, v in scalars["triton"]["calls/forward"]] == list(range(1, steps + 1))
     # the two paths train the same network
@@ -141,3 +142,25 @@ def test_bad_configuration_fails_before_any_work(tmp_path, override, code, messa
     assert proc.returncode == code
     assert message in proc.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "checkpoints").exists()
+
+
+def test_fallback_to_the_reference_is_counted_in_tensorboard(tmp_path):
+    from rmsnorm_kernel.contract import MAX_N
+
+    # rows one element longer than the kernels take: every training call falls back, and says so
+    proc = train(tmp_path, "norm.fallback=reference", f"model.hidden_dim={MAX_N + 1}", "trainer.max_steps=3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "using the reference path (fallback='reference')" in proc.stderr + proc.stdout
+    s = read_scalars(run_dirs(tmp_path)["triton"])
+    assert [v for _, v in s["calls/fallback"]] == [1.0, 2.0, 3.0]
+    assert [v for _, v in s["calls/forward"]] == [0.0, 0.0, 0.0]
+
+
+def test_without_fallback_a_refused_shape_stops_the_run_with_the_contract_message(tmp_path):
+    from rmsnorm_kernel.contract import MAX_N
+
+    proc = train(tmp_path, f"model.hidden_dim={MAX_N + 1}", "trainer.max_steps=3")
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("train.py: training stopped: rmsnorm (triton): x has rows of")
+    assert f"accepted: N <= {MAX_N}" in last and "norm.fallback=reference" in last

@@ -15,13 +15,14 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
-from .module import IMPLS
+from .module import FALLBACKS, IMPLS
 
 
 @dataclass
 class NormConfig:
     impl: str = MISSING
     eps: float = MISSING
+    fallback: Optional[str] = None
 
 
 @dataclass
@@ -118,6 +119,8 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(f"{key} is {value}; accepted: a number > 0")
     if cfg.data.noise < 0:
         raise ConfigError(f"data.noise is {cfg.data.noise}; accepted: a number >= 0")
+    if cfg.norm.fallback not in FALLBACKS:
+        raise ConfigError(f"norm.fallback is {cfg.norm.fallback!r}; accepted: null or reference")
     if cfg.norm.impl not in IMPLS:
         raise ConfigError(f"norm.impl is {cfg.norm.impl!r}; accepted: {', '.join(IMPLS)}")
     if str(cfg.trainer.precision) not in PRECISIONS:

@@ -13,7 +13,7 @@ from .module import RMSNorm
 from .op import call_counts
 
 #: The constructor arguments of ``build_network``, as saved in a checkpoint's hyper-parameters.
-NETWORK_KEYS = ("input_dim", "hidden_dim", "output_dim", "norm_impl", "eps")
+NETWORK_KEYS = ("input_dim", "hidden_dim", "output_dim", "norm_impl", "eps", "norm_fallback")
 #: Test-split rows whose outputs every checkpoint records, so an audit can re-run the saved network.
 PROBE_ROWS = 64
 
@@ -22,12 +22,14 @@ class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or infinite; raised before the bad step updates any weight."""
 
 
-def build_network(input_dim: int, hidden_dim: int, output_dim: int, norm_impl: str, eps: float) -> nn.Sequential:
+def build_network(
+    input_dim: int, hidden_dim: int, output_dim: int, norm_impl: str, eps: float, norm_fallback: str | None = None
+) -> nn.Sequential:
     """Linear(input_dim, N) -> RMSNorm(N) -> SiLU -> Linear(N, output_dim), with N = hidden_dim."""
     return nn.Sequential(
         OrderedDict(
             inp=nn.Linear(input_dim, hidden_dim),
-            norm=RMSNorm(hidden_dim, eps=eps, impl=norm_impl),
+            norm=RMSNorm(hidden_dim, eps=eps, impl=norm_impl, fallback=norm_fallback),
             act=nn.SiLU(),
             out=nn.Linear(hidden_dim, output_dim),
         )
@@ -45,13 +47,20 @@ class RMSNormRegressor(L.LightningModule):
     """
 
     def __init__(
-        self, input_dim: int, hidden_dim: int, output_dim: int, norm_impl: str, eps: float, lr: float
+        self,
+        input_dim: int,
+        hidden_dim: int,
+        output_dim: int,
+        norm_impl: str,
+        eps: float,
+        lr: float,
+        norm_fallback: str | None = None,
     ) -> None:
         super().__init__()
         # Logged by hand at the end of a run, with test/mse as the HPARAMS metric.
         self.save_hyperparameters(logger=False)
-        self.net = build_network(input_dim, hidden_dim, output_dim, norm_impl, eps)
-        self.calls = {"train/forward": 0, "train/backward": 0, "val/forward": 0, "test/forward": 0}
+        self.net = build_network(input_dim, hidden_dim, output_dim, norm_impl, eps, norm_fallback)
+        self.calls = {"train/forward": 0, "train/backward": 0, "train/fallback": 0, "val/forward": 0, "test/forward": 0}
         self._test_sq_err = 0.0
         self._test_count = 0
         self.test_mse: float | None = None
@@ -71,7 +80,9 @@ class RMSNormRegressor(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         x, y = batch
+        fallbacks = self.net.norm.fallback_count
         pred = self._counted("train/forward", self.net, x)
+        self.calls["train/fallback"] += self.net.norm.fallback_count - fallbacks
         loss = F.mse_loss(pred.float(), y)
         # The MSE of the global batch: under data parallelism each process holds an equal share of it.
         # (A copy: the all-reduce works in place and must not touch the loss that backward will use.)
@@ -97,6 +108,7 @@ class RMSNormRegressor(L.LightningModule):
                     "train/mse": float(self._step_mse),
                     "calls/forward": float(self.calls["train/forward"]),
                     "calls/backward": float(self.calls["train/backward"]),
+                    "calls/fallback": float(self.calls["train/fallback"]),
                 },
                 step=self.global_step,
             )

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import nn
 
+from .contract import ContractError, check_backward_scratch, check_forward
 from .op import rmsnorm
 from .reference import DEFAULT_EPS, rmsnorm_reference
 
+log = logging.getLogger("rmsnorm_kernel")
+
 IMPLS = ("triton", "reference")
+FALLBACKS = (None, "reference")
 
 
 class RMSNorm(nn.Module):
@@ -16,12 +22,26 @@ class RMSNorm(nn.Module):
 
     ``impl`` picks the computation only: both paths create the same parameter the same way and draw
     nothing from the random generator, so swapping paths never changes the initial weights.
+
+    ``fallback="reference"`` (off by default) sends inputs that the Triton path's contract refuses to
+    the reference instead of raising ``ContractError``. Each such call is counted in
+    ``fallback_count``, and the first one logs its reason as a warning.
     """
 
-    def __init__(self, normalized_shape, eps: float = DEFAULT_EPS, impl: str = "triton", device=None, dtype=None):
+    def __init__(
+        self,
+        normalized_shape,
+        eps: float = DEFAULT_EPS,
+        impl: str = "triton",
+        fallback: str | None = None,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         if impl not in IMPLS:
             raise ValueError(f"RMSNorm: impl is {impl!r}; accepted: {', '.join(map(repr, IMPLS))}")
+        if fallback not in FALLBACKS:
+            raise ValueError(f"RMSNorm: fallback is {fallback!r}; accepted: None or 'reference'")
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
         normalized_shape = tuple(normalized_shape)
@@ -32,12 +52,32 @@ class RMSNorm(nn.Module):
         self.normalized_shape = normalized_shape
         self.eps = eps
         self.impl = impl
+        self.fallback = fallback
+        self.fallback_count = 0
         self.weight = nn.Parameter(torch.ones(normalized_shape, device=device, dtype=dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.impl == "triton":
-            return rmsnorm(x, self.weight, self.eps)
-        return rmsnorm_reference(x, self.weight, self.eps)
+        if self.impl == "reference":
+            return rmsnorm_reference(x, self.weight, self.eps)
+        if self.fallback == "reference":
+            reason = self._refusal(x)
+            if reason is not None:
+                if self.fallback_count == 0:
+                    log.warning("RMSNorm: %s; using the reference path (fallback='reference'), counted from now on", reason)
+                self.fallback_count += 1
+                return rmsnorm_reference(x, self.weight, self.eps)
+        return rmsnorm(x, self.weight, self.eps)
+
+    def _refusal(self, x: torch.Tensor) -> str | None:
+        """Why the Triton path would refuse this call, or None if it accepts it."""
+        try:
+            check_forward(x, self.weight, self.eps)
+            if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
+                check_backward_scratch(x)
+        except ContractError as e:
+            return str(e)
+        return None
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape[0]}, eps={self.eps}, impl={self.impl!r}"
+        fallback = f", fallback={self.fallback!r}" if self.fallback else ""
+        return f"{self.normalized_shape[0]}, eps={self.eps}, impl={self.impl!r}{fallback}"
