@@ -66,8 +66,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         atomic_torch_save(checkpoint, path)
 
 
-def read_checkpoint(path: str | os.PathLike) -> dict:
-    """Loads a checkpoint safely; raises ``CheckpointError`` naming the file and what is wrong with it."""
+def read_checkpoint(path: str | os.PathLike, required: tuple[str, ...] = REQUIRED_KEYS) -> dict:
+    """Loads a checkpoint safely; raises ``CheckpointError`` naming the file and what is wrong with it.
+
+    ``required`` are the keys it must hold: by default those a training run needs to resume.
+    """
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist")
@@ -90,7 +93,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
         raise CheckpointError(f"checkpoint {path} is truncated or corrupted and cannot be read ({reason})") from e
     if not isinstance(ckpt, dict):
         raise CheckpointError(f"checkpoint {path} holds a {type(ckpt).__name__}, not a training checkpoint")
-    missing = [k for k in REQUIRED_KEYS if k not in ckpt]
+    missing = [k for k in required if k not in ckpt]
     if missing:
         raise CheckpointError(
             f"checkpoint {path} is not a full training checkpoint of this project (missing: {', '.join(missing)})"

@@ -828,9 +828,13 @@ def _match_state_dict(saved: dict, expected_keys: set[str]) -> dict | None:
 
 def audit_checkpoint(path: Path, build_network: Callable | None, import_problem: str = "", device: str | None = None) -> CheckpointAudit:
     """Open, check keys, rebuild, and reproduce the recorded test outputs; never raises."""
+    from .checkpoints import CheckpointError, read_checkpoint  # needs Lightning (the "train" extra)
+
     name = str(path)
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        ckpt = read_checkpoint(path, required=())  # weights_only=True, after a CRC check of every record
+    except CheckpointError as exc:
+        return CheckpointAudit(name, "load", False, one_line(exc))
     except Exception as exc:
         return CheckpointAudit(name, "load", False, f"damaged or not loadable with weights_only=True ({one_line(exc)})")
     if not isinstance(ckpt, dict):
