@@ -208,3 +208,10 @@ def test_liger_settings_are_liger_defaults():
     params = inspect.signature(rms.LigerRMSNormFunction.forward).parameters
     for name, value in bm.LIGER_SETTINGS.items():
         assert params[name].default == value
+
+
+def test_host_breakdown_times_every_piece(device):
+    """Runs each piece (nothing asserted about the times themselves)."""
+    out = bm.host_breakdown(device, m=4, n=33, calls=1, warmup=1)
+    assert {"rmsnorm fwd", "rmsnorm fwd+bwd", "F.rms_norm fwd+bwd", "kernels._launch (fwd kernel)"} <= set(out)
+    assert all(v >= 0 for v in out.values())

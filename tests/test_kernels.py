@@ -94,7 +94,8 @@ def test_long_rows_match_oracle_forward_dx_and_dgamma(shape, dtype, device):
 
 def test_n_65536_with_more_rows_than_programs(device):
     """More row tiles than persistent programs, so each program sums several rows into its partial."""
-    shape = (9, 65536)
+    n = 65536
+    shape = ((kernels.max_dgamma_scratch_rows(n, torch.device(device)) + 1) * kernels.SEG_BLOCK_M, n)
     p = kernels.plan(shape[0], shape[1], kernels.sm_count(torch.device(device)))
     assert p.looped and kernels.triton.cdiv(shape[0], p.bwd_block_m) > p.bwd_grid[0]
     x, gamma, dy = make_inputs(shape, torch.float16, device)
@@ -213,3 +214,85 @@ def test_mutants_are_the_whole_row_kernels_but_for_the_denominator():
         assert differing, "the mutant carries no defect"
         for a, b in differing:
             assert b == a.replace("/ N", "/ BLOCK_N"), (a, b)
+
+
+class _FakeCompiled:
+    function, packed_metadata = "function", "packed"
+
+    def __init__(self, fail=False):
+        self.runs, self.fail = [], fail
+
+    def launch_metadata(self, grid, stream, *args):
+        return ("metadata", grid, stream)
+
+    def run(self, *args):
+        if self.fail:
+            raise TypeError("launcher takes other arguments")
+        self.runs.append(args)
+
+
+class _FakeKernel:
+    def __init__(self, compiled):
+        self.compiled, self.jit_calls = compiled, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.jit_calls.append((grid, args, kwargs))
+            return self.compiled
+
+        return launch
+
+
+@pytest.fixture
+def fake_gpu_launch(monkeypatch):
+    """_launch as on a GPU, with Triton's driver and knobs stood in for."""
+    import types
+
+    driver = types.SimpleNamespace(active=types.SimpleNamespace(get_current_device=lambda: 0, get_current_stream=lambda d: 77))
+    knobs = types.SimpleNamespace(runtime=types.SimpleNamespace(launch_enter_hook="enter", launch_exit_hook="exit"))
+    monkeypatch.setattr(kernels, "_ON_GPU", True)
+    monkeypatch.setattr(kernels, "FAST_LAUNCH", True)
+    monkeypatch.setattr(kernels, "_driver", driver)
+    monkeypatch.setattr(kernels, "_knobs", knobs)
+
+
+def test_fast_launch_reuses_the_compiled_kernel_with_triton_s_own_call(fake_gpu_launch):
+    compiled = _FakeCompiled()
+    kernel = _FakeKernel(compiled)
+    x = torch.zeros(64)
+    args, constexprs = (x, 5, 1e-6), (("BLOCK_M", 4), ("BLOCK_N", 512))
+    kernels._launch(kernel, (3,), args, constexprs, 4)
+    assert kernel.jit_calls == [((3,), args, {"BLOCK_M": 4, "BLOCK_N": 512, "num_warps": 4})] and compiled.runs == []
+    kernels._launch(kernel, (3, 2), args, constexprs, 4)
+    assert len(kernel.jit_calls) == 1  # the second launch skips Triton's binder
+    assert compiled.runs == [(3, 2, 1, 77, "function", "packed", ("metadata", (3, 2), 77), "enter", "exit", x, 5, 1e-6, 4, 512)]
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        lambda x: ((x[1:], 5, 1e-6), (("BLOCK_M", 4),), 4),  # a pointer no longer 16-byte aligned
+        lambda x: ((x, 1, 1e-6), (("BLOCK_M", 4),), 4),  # an int that Triton may specialize as 1
+        lambda x: ((x, 32, 1e-6), (("BLOCK_M", 4),), 4),  # an int that becomes divisible by 16
+        lambda x: ((x, 2**31 + 5, 1e-6), (("BLOCK_M", 4),), 4),  # an int that needs 64 bits
+        lambda x: ((x.double(), 5, 1e-6), (("BLOCK_M", 4),), 4),  # another element type
+        lambda x: ((x, 5, 1e-6), (("BLOCK_M", 8),), 4),  # another constexpr
+        lambda x: ((x, 5, 1e-6), (("BLOCK_M", 4),), 8),  # other warps
+    ],
+)
+def test_fast_launch_never_reuses_a_kernel_across_specializations(changed, fake_gpu_launch):
+    compiled = _FakeCompiled()
+    kernel = _FakeKernel(compiled)
+    x = torch.zeros(64)
+    kernels._launch(kernel, (1,), (x, 5, 1e-6), (("BLOCK_M", 4),), 4)
+    kernels._launch(kernel, (1,), *changed(x))
+    assert len(kernel.jit_calls) == 2 and compiled.runs == []
+
+
+def test_fast_launch_falls_back_to_triton_for_good_when_the_interface_differs(fake_gpu_launch):
+    kernel = _FakeKernel(_FakeCompiled(fail=True))
+    x = torch.zeros(64)
+    for _ in range(3):
+        kernels._launch(kernel, (1,), (x,), (), 4)
+    assert kernels.FAST_LAUNCH is False
+    assert len(kernel.jit_calls) == 3  # every launch still happened, through Triton's JIT

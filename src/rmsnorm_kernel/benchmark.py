@@ -11,8 +11,9 @@ Protocol, as in Triton's tutorial:
   bytes written): it is the ceiling every result is also reported against;
 - inputs are random (``randn``; gamma = 1 + 0.5 randn), never zeros;
 - every implementation's outputs (y; y, dx and dgamma) are checked against the oracle
-  (``reference.rmsnorm_reference`` and ``reference.manual_backward``) under ``tolerances.TOLERANCES``
-  in the same run; a wrong result marks the row failed and it can win nothing;
+  (``reference.rmsnorm_reference`` and ``reference.manual_backward``, evaluated in float64 and rounded to
+  the inputs' dtypes) under ``tolerances.TOLERANCES`` in the same run; a wrong result marks the row
+  failed and it can win nothing;
 - CUDA events around whole calls (allocations and autograd included): 20 warm-up calls, then 50
   samples of 20 calls, the median sample divided by 20; ``triton.testing.do_bench``'s median is
   reported beside it;
@@ -45,6 +46,7 @@ import torch
 
 from . import kernels
 from .backend import CUDA, backend
+from .contract import check_forward
 from .op import rmsnorm
 from .reference import DEFAULT_EPS, manual_backward, rmsnorm_reference
 from .tolerances import TOLERANCES, compare
@@ -208,6 +210,20 @@ def make_impl(name: str, device: str) -> ForwardFn | None:
     raise ValueError(f"benchmark: impl is {name!r}; accepted: {', '.join(IMPLS)}")
 
 
+@torch.no_grad()
+def oracle(x: torch.Tensor, gamma: torch.Tensor, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(y, dx, dgamma) from the reference formulas evaluated in float64, rounded to the inputs' dtypes.
+
+    float64 rather than the reference's float32 for float32 inputs: dgamma sums over up to 32768 rows,
+    and a float32 sum of that length is itself off by about float32's declared tolerance, so a
+    float32 oracle could fail an exact answer.
+    """
+    xd, gd, dyd = x.double(), gamma.double(), dy.double()
+    y = rmsnorm_reference(xd, gd, EPS).to(x.dtype)
+    dx, dgamma = manual_backward(xd, gd, dyd, EPS)
+    return y, dx.to(x.dtype), dgamma.to(gamma.dtype)
+
+
 def make_inputs(m: int, n: int, dtype: torch.dtype, device: str, seed: int = 0):
     g = torch.Generator(device=device).manual_seed(seed)
     x = torch.randn(m, n, device=device, dtype=dtype, generator=g)
@@ -269,7 +285,7 @@ def cuda_timer(warmup: int = 20, samples: int = 50, calls: int = 20, do_bench: b
         if do_bench:
             import triton.testing
 
-            bench = triton.testing.do_bench(fn, return_mode="median") / 1e3
+            bench = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median") / 1e3
         return Timing(statistics.median(per_call), bench, statistics.median(host))
 
     return timer
@@ -342,6 +358,7 @@ class Report:
     liger_settings: dict
     results: list[Result] = field(default_factory=list)
     sweep: list[dict] = field(default_factory=list)
+    host_breakdown: dict = field(default_factory=dict)
 
 
 def _us(s: float | None) -> float | None:
@@ -398,15 +415,14 @@ def run_benchmark(
     ceiling_bps: float | None,
     log: Callable[[str], None] = print,
     impl_factory: Callable[[str, str], ForwardFn | None] = make_impl,
+    on_shape_done: Callable[[list[Result]], None] | None = None,
 ) -> list[Result]:
     results: list[Result] = []
     for m, n, dtype_name in shapes:
         dtype = _DTYPES[dtype_name]
         inputs = make_inputs(m, n, dtype, device)
         x, gamma, dy = inputs
-        with torch.no_grad():
-            y_ref = rmsnorm_reference(x, gamma, EPS)
-            dx_ref, dgamma_ref = manual_backward(x, gamma, dy, EPS)
+        y_ref, dx_ref, dgamma_ref = oracle(x, gamma, dy)
         oracles = {FWD: (y_ref,), FWD_BWD: (y_ref, dx_ref, dgamma_ref)}
         for impl in impls:
             fn = impl_factory(impl, device)  # compile: a fresh compiled function for this shape
@@ -423,6 +439,9 @@ def run_benchmark(
         del inputs, x, gamma, dy, oracles, y_ref, dx_ref, dgamma_ref
         if device == "cuda":
             torch.cuda.empty_cache()
+        if on_shape_done is not None:
+            mark_winners(results)
+            on_shape_done(results)
     mark_winners(results)
     return results
 
@@ -480,7 +499,7 @@ def _versions() -> dict:
 def make_report(timed: bool, device_name: str, ceiling_bps: float | None, results: list[Result], args) -> Report:
     protocol = dict(
         warmup_calls=args.warmup, samples=args.samples, calls_per_sample=args.calls, statistic="median",
-        do_bench="triton.testing.do_bench median" if not args.no_do_bench else "off",
+        do_bench="triton.testing.do_bench(warmup=10 ms, rep=40 ms) median" if not args.no_do_bench else "off",
         bytes="fwd: 2*M*N*x + N*gamma; fwd+bwd: 5*M*N*x + 2*N*gamma",
         eps=EPS, inputs="randn; gamma = 1 + 0.5 * randn", compile="torch.compile(reference, dynamic=False), dynamo reset per shape",
     )
@@ -509,27 +528,27 @@ def _table(**rows) -> dict:
 
 SWEEP_VARIANTS: dict[str, dict] = {
     "base": {},
-    "pps1": {"PROGRAMS_PER_SM": 1},
-    "pps4": {"PROGRAMS_PER_SM": 4},
+    "pps2": {"PROGRAMS_PER_SM": 2},
     "single_off": {"SINGLE_PROGRAM_MAX_ELEMENTS": 0},
-    "fwd4096w16": _table(r4096=(1, 16, 8)),
-    "bwd4096w16": _table(r4096=(1, 8, 16)),
+    "fwd4096w16": _table(r4096=(1, 16, 16)),
+    "bwd4096w8": _table(r4096=(1, 8, 8)),
     "rows2_4096": _table(r4096=(2, 16, 16)),
-    "bwd8192w16": _table(r8192=(1, 16, 16)),
     "fwd8192w32": _table(r8192=(1, 32, 32)),
-    "loop8192w16pps2": {"LOOP_BLOCK_N": 8192, "LOOP_WARPS": 16, "LOOP_PROGRAMS_PER_SM": 2},
-    "loop4096w8pps4": {"LOOP_BLOCK_N": 4096, "LOOP_WARPS": 8, "LOOP_PROGRAMS_PER_SM": 4},
-    "seg2048m2": {"SEG_BLOCK_N": 2048, "SEG_BLOCK_M": 2},
-    "seg512m8": {"SEG_BLOCK_N": 512, "SEG_BLOCK_M": 8},
+    "loop8192w16pps2": {"LOOP_TABLE": {16384: (8192, 16, 2), 32768: (8192, 16, 2), 65536: (8192, 16, 2)}},
+    "loop16384w32pps1": {"LOOP_TABLE": {16384: (16384, 32, 1), 32768: (16384, 32, 1), 65536: (16384, 32, 1)}},
+    "seg1024m4": {"SEG_BLOCK_N": 1024, "SEG_BLOCK_M": 4},
+    "seg4096m1w16": {"SEG_BLOCK_N": 4096, "SEG_BLOCK_M": 1, "SEG_WARPS": 16},
+    "segpps1": {"SEG_PROGRAMS_PER_SM": 1},
+    "segpps4": {"SEG_PROGRAMS_PER_SM": 4},
     "stats4096w8": {"STATS_BLOCK_N": 4096, "STATS_WARPS": 8},
 }
-_WHOLE_4096 = ("base", "fwd4096w16", "bwd4096w16", "rows2_4096", "pps1", "pps4")
-_LOOPED = ("base", "loop8192w16pps2", "loop4096w8pps4", "seg2048m2", "seg512m8", "stats4096w8", "pps4")
+_WHOLE_4096 = ("base", "fwd4096w16", "bwd4096w8", "rows2_4096", "pps2")
+_LOOPED = ("base", "loop8192w16pps2", "loop16384w32pps1", "seg1024m4", "seg4096m1w16", "segpps1", "segpps4", "stats4096w8")
 SWEEP_SHAPES: dict[tuple[int, int, str], tuple[str, ...]] = {
     (128, 257, "float32"): ("base", "single_off"),
     (4096, 4096, "bfloat16"): _WHOLE_4096,
     (32768, 4096, "float32"): _WHOLE_4096,
-    (16384, 8192, "bfloat16"): ("base", "bwd8192w16", "fwd8192w32", "pps1", "pps4"),
+    (16384, 8192, "bfloat16"): ("base", "fwd8192w32", "pps2"),
     (4096, 32768, "bfloat16"): _LOOPED,
     (2048, 65536, "bfloat16"): _LOOPED,
 }
@@ -557,19 +576,78 @@ def run_sweep(device: str, timer: Timer, ceiling_bps: float | None, log=print) -
         dtype = _DTYPES[dtype_name]
         inputs = make_inputs(m, n, dtype, device)
         x, gamma, dy = inputs
-        with torch.no_grad():
-            oracle = (rmsnorm_reference(x, gamma, EPS), *manual_backward(x, gamma, dy, EPS))
+        expected = oracle(x, gamma, dy)
         for name in variants:
             with plan_overrides(**SWEEP_VARIANTS[name]):
                 p = kernels.plan(m, n, kernels.sm_count(x.device))
                 for mode in MODES:
-                    r = measure_row(m, n, dtype, mode, "triton", fn, inputs, oracle[: 1 if mode == FWD else 3], timer, ceiling_bps)
+                    r = measure_row(m, n, dtype, mode, "triton", fn, inputs, expected[: 1 if mode == FWD else 3], timer, ceiling_bps)
                     rows.append(dict(variant=name, plan=str(p), **asdict(r)))
                     log(f"  sweep {m}x{n} {dtype_name:8s} {mode:7s} {name:12s} {_fmt(r.events_us, '.1f'):>9s} us "
                         f"{_fmt(r.do_bench_us, '.1f'):>9s} us(do_bench) {_fmt(r.pct_of_ceiling, '.0f'):>4s}%  {'ok' if r.ok else 'FAILED ' + r.detail}")
-        del inputs, x, gamma, dy, oracle
+        del inputs, x, gamma, dy, expected
         torch.cuda.empty_cache()
     return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# Where the host time of a small call goes (GPU only)
+# --------------------------------------------------------------------------------------------------
+
+
+def host_breakdown(device: str = "cuda", m: int = 128, n: int = 257, calls: int = 300, warmup: int = 20) -> dict[str, float]:
+    """Host microseconds per call of the pieces of the Triton path at a small shape, and of F.rms_norm.
+
+    Each piece is issued ``calls`` times back to back and timed on the host clock, with one synchronize
+    at the end: at this size the GPU finishes long before the host issues the next call.
+    """
+    x, gamma, dy = make_inputs(m, n, torch.float32, device)
+    xl, gl = x.clone().requires_grad_(), gamma.clone().requires_grad_()
+    p = kernels.plan(m, n, kernels.sm_count(x.device))
+    y = torch.empty_like(x)
+    fwd_args = (x, gamma, y, m, n, n, n, EPS)
+    fwd_meta = (("BLOCK_M", p.fwd_block_m), ("BLOCK_N", p.block_n))
+
+    class Identity(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a.view_as(a)
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    pieces: dict[str, Callable[[], object]] = {
+        "triton JIT launch (fwd kernel)": lambda: kernels._rmsnorm_fwd_kernel[(triton_cdiv(m, p.fwd_block_m),)](
+            *fwd_args, **dict(fwd_meta), num_warps=p.fwd_warps),
+        "kernels._launch (fwd kernel)": lambda: kernels._launch(kernels._rmsnorm_fwd_kernel, (triton_cdiv(m, p.fwd_block_m),), fwd_args, fwd_meta, p.fwd_warps),
+        "contract.check_forward": lambda: check_forward(x, gamma, EPS),
+        "torch.empty": lambda: torch.empty(x.shape, dtype=x.dtype, device=x.device),
+        "kernels.rmsnorm_forward": lambda: kernels.rmsnorm_forward(x, gamma, EPS),
+        "kernels.rmsnorm_backward": lambda: kernels.rmsnorm_backward(dy, x, gamma, EPS),
+        "rmsnorm fwd": lambda: rmsnorm(x, gamma, EPS),
+        "autograd.grad of a Python identity Function": lambda: torch.autograd.grad(Identity.apply(xl), (xl,), dy),
+        "rmsnorm fwd+bwd": lambda: torch.autograd.grad(rmsnorm(xl, gl, EPS), (xl, gl), dy),
+        "F.rms_norm fwd": lambda: torch.nn.functional.rms_norm(x, (n,), gamma, EPS),
+        "F.rms_norm fwd+bwd": lambda: torch.autograd.grad(torch.nn.functional.rms_norm(xl, (n,), gl, EPS), (xl, gl), dy),
+    }
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    out = {}
+    for name, fn in pieces.items():
+        for _ in range(warmup):
+            fn()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        host = (time.perf_counter() - t0) / calls
+        sync()
+        out[name] = host * 1e6
+    return out
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -629,8 +707,20 @@ def run(args) -> int:
     timer = cuda_timer(args.warmup, args.samples, args.calls, do_bench=not args.no_do_bench)
     if args.sweep_only:
         shapes, impls = FULL_SHAPES[:2], [i for i in impls if i in ("triton", "F.rms_norm")]
-    results = run_benchmark(shapes, impls, "cuda", timer, ceiling)
-    report = make_report(True, device_name, ceiling, results, args)
+    breakdown = host_breakdown()
+    print(f"host time per call at 128x257 float32 (fast launch {'on' if kernels.FAST_LAUNCH else 'off'}):")
+    for name, us in breakdown.items():
+        print(f"  {name:48s} {us:8.1f} us")
+
+    def finish(rows) -> Report:
+        report = make_report(True, device_name, ceiling, list(rows), args)
+        report.host_breakdown = breakdown
+        report.protocol["fast_launch"] = kernels.FAST_LAUNCH
+        return report
+
+    # The JSON is rewritten after every shape, so a run cut short still leaves what it measured.
+    results = run_benchmark(shapes, impls, "cuda", timer, ceiling, on_shape_done=lambda rows: write_json(finish(rows), args.outputs))
+    report = finish(results)
     if args.sweep or args.sweep_only:
         report.sweep = run_sweep("cuda", cuda_timer(10, 20, 10, do_bench=False), ceiling)
         print("\nsweep (Triton path under alternative launch plans; events median, 20 samples of 10 calls):")

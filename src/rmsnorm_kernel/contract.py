@@ -6,6 +6,7 @@ accepted. Nothing here falls back to the reference: a caller who wants the refer
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -14,10 +15,10 @@ import torch
 from .backend import backend, kernel_device_type
 
 #: Largest row length. Rows up to kernels.ROW_LIMIT lanes are held whole in registers; longer ones are
-#: walked in column chunks, and the dgamma scratch (partial rows * N * 4 bytes) is sized for this N.
+#: walked in column chunks, and the dgamma scratch (partial rows * N * 8 bytes) is sized for this N.
 MAX_N = 65536
-#: The backward's float32 dgamma scratch: one row of N partial sums per persistent program (about two
-#: per multiprocessor), whatever the number of rows of x.
+#: The backward's float64 dgamma scratch: one row of N partial sums per persistent program (about one
+#: or two per multiprocessor), whatever the number of rows of x.
 DGAMMA_SCRATCH_BUDGET_BYTES = 64 * 2**20
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Mixed precision as autocast and Lightning's "16-mixed"/"bf16-mixed" produce it: half x, float32 gamma.
@@ -34,36 +35,49 @@ def _fail(name: str, got: str, accepted: str) -> None:
     raise ContractError(f"rmsnorm (triton): {name} {got}; accepted: {accepted}")
 
 
+_SUPPORTED = frozenset(SUPPORTED_DTYPES)
+_MIXED = frozenset(MIXED_PAIRS)
+_KERNEL_DEVICE_TYPE = kernel_device_type()
+
+
 def check_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> None:
-    """Validate the arguments of ``rmsnorm(x, gamma, eps)``; raise ``ContractError`` on the first problem."""
+    """Validate the arguments of ``rmsnorm(x, gamma, eps)``; raise ``ContractError`` on the first problem.
+
+    Runs on every call, so the common case takes the fewest attribute reads; the order of the checks
+    (and so which problem is reported first) is the documented one.
+    """
     for name, t in (("x", x), ("gamma", gamma)):
         if not isinstance(t, torch.Tensor):
             _fail(name, f"is a {type(t).__name__}", "a torch.Tensor")
-    for name, t in (("x", x), ("gamma", gamma)):
-        if t.dtype not in SUPPORTED_DTYPES:
-            _fail(name, f"has dtype {t.dtype}", _DTYPE_NAMES)
-    if x.dtype != gamma.dtype and (x.dtype, gamma.dtype) not in MIXED_PAIRS:
+    x_dtype, g_dtype = x.dtype, gamma.dtype
+    for name, dt in (("x", x_dtype), ("gamma", g_dtype)):
+        if dt not in _SUPPORTED:
+            _fail(name, f"has dtype {dt}", _DTYPE_NAMES)
+    if x_dtype != g_dtype and (x_dtype, g_dtype) not in _MIXED:
         _fail(
             "x and gamma",
-            f"have dtypes {x.dtype} and {gamma.dtype}",
+            f"have dtypes {x_dtype} and {g_dtype}",
             "the same dtype, or x float16/bfloat16 with gamma float32 (mixed precision)",
         )
-    if x.device != gamma.device:
-        _fail("x and gamma", f"are on {x.device} and {gamma.device}", "both on the same device")
-    if x.device.type != kernel_device_type():
-        _fail("x", f"is on {x.device}", f"{kernel_device_type()} tensors (the kernels run on the {backend()} backend)")
+    x_device = x.device
+    if x_device != gamma.device:
+        _fail("x and gamma", f"are on {x_device} and {gamma.device}", "both on the same device")
+    if x_device.type != _KERNEL_DEVICE_TYPE:
+        _fail("x", f"is on {x_device}", f"{_KERNEL_DEVICE_TYPE} tensors (the kernels run on the {backend()} backend)")
     if not gamma.is_contiguous():
         _fail("gamma", f"is not contiguous (shape {tuple(gamma.shape)}, strides {tuple(gamma.stride())})", "a contiguous tensor")
-    if x.dim() == 0:
+    shape = x.shape
+    if not shape:
         _fail("x", "is a 0-d tensor", "a tensor of shape (..., N)")
-    n = x.shape[-1]
-    if tuple(gamma.shape) != (n,):
+    n = shape[-1]
+    if gamma.shape != (n,):
         _fail("gamma", f"has shape {tuple(gamma.shape)}", f"shape ({n},), the last dimension of x")
     if x.numel() == 0:
-        _fail("x", f"is empty (shape {tuple(x.shape)})", "at least one element")
+        _fail("x", f"is empty (shape {tuple(shape)})", "at least one element")
     _check_row_layout(x, n)
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
-        _fail("eps", f"is {eps!r}", "a finite number > 0")
+    if type(eps) is not float or not 0.0 < eps < math.inf:  # the fast test first: a positive finite float
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
+            _fail("eps", f"is {eps!r}", "a finite number > 0")
     if n > MAX_N:
         _fail("x", f"has rows of N = {n} elements", f"N <= {MAX_N}")
 
@@ -88,24 +102,29 @@ def _check_row_layout(x: torch.Tensor, n: int) -> None:
 
 
 def dgamma_scratch_bytes(rows: int, n: int, device: torch.device | str | None = None) -> int:
-    """Bytes of the float32 dgamma scratch the backward allocates for ``rows`` rows of ``n`` on ``device``."""
+    """Bytes of the float64 dgamma scratch the backward allocates for ``rows`` rows of ``n`` on ``device``."""
+    device = torch.device(device) if device is not None else torch.device(_KERNEL_DEVICE_TYPE)
+    return _scratch_bytes(rows, n, device)
+
+
+@functools.lru_cache(maxsize=1024)
+def _scratch_bytes(rows: int, n: int, device: torch.device) -> int:
     from . import kernels  # late: kernels imports triton, which must come after backend
 
-    device = torch.device(device) if device is not None else torch.device(kernel_device_type())
-    return kernels.dgamma_scratch_rows(rows, n, device) * n * 4
+    return kernels.dgamma_scratch_rows(rows, n, device) * n * 8
 
 
 def check_backward_scratch(x: torch.Tensor) -> None:
-    """The backward's dgamma scratch (partial rows * N float32, bounded whatever the number of rows) must
+    """The backward's dgamma scratch (partial rows * N float64, bounded whatever the number of rows) must
     fit the budget."""
     n = x.shape[-1]
     rows = x.numel() // n
     if not (isinstance(n, int) and isinstance(rows, int)):
         return  # symbolic shapes while tracing: the backward op checks again with real ones
-    need = dgamma_scratch_bytes(rows, n, x.device)
+    need = _scratch_bytes(rows, n, x.device)
     if need > DGAMMA_SCRATCH_BUDGET_BYTES:
         _fail(
             "x",
             f"of shape {tuple(x.shape)} needs a dgamma scratch of {need / 2**20:.1f} MiB in the backward",
-            f"partial rows * N * 4 bytes <= {DGAMMA_SCRATCH_BUDGET_BYTES / 2**20:g} MiB",
+            f"partial rows * N * 8 bytes <= {DGAMMA_SCRATCH_BUDGET_BYTES / 2**20:g} MiB",
         )

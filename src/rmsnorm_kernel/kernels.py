@@ -18,11 +18,11 @@ The backward recomputes r from the row of x it loads anyway rather than reading 
 custom op returns y alone, and the recomputation costs arithmetic, not memory traffic.
 
 dgamma is reduced without atomics, deterministically. The backward runs a fixed number P of persistent
-programs (about two per multiprocessor); program p visits the row tiles p, p + P, p + 2P, ... in order and
-keeps a float32 sum of its rows' dy * x * r in registers, written once at the end as row p of a (P, N)
-float32 scratch. A second kernel sums that scratch per column in a fixed order. P depends only on the
-row length and the GPU's multiprocessor count, so the bits are the same run after run on the same GPU,
-and the scratch is bounded by P * N * 4 bytes whatever the number of rows.
+programs (about one per multiprocessor); program p visits the row tiles p, p + P, p + 2P, ... in order and
+keeps a float64 sum of its rows' dy * x * r in registers, written once at the end as row p of a (P, N)
+float64 scratch. A second kernel sums that scratch per column in a fixed order. P depends only on the
+problem's shape and the GPU's multiprocessor count, so the bits are the same run after run on the same
+GPU, and the scratch is bounded by P * N * 8 bytes whatever the number of rows.
 
 Rows are addressed through their row stride (the last dimension must be contiguous), so a slice such as
 ``x[:, :N]`` of a wider tensor is read in place. Row offsets are 64-bit: ``row * stride`` may pass 2**31.
@@ -33,6 +33,7 @@ The launchers assume arguments that passed ``contract.check_forward``.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +41,12 @@ import triton
 import triton.language as tl
 
 from .backend import CUDA, backend
+
+try:  # Triton >= 3.3: the objects its own launch path uses (see _launch)
+    from triton import knobs as _knobs
+    from triton.runtime import driver as _driver
+except ImportError:  # pragma: no cover - older Triton: always its own launcher
+    _knobs = _driver = None
 
 # --------------------------------------------------------------------------------------------------
 # Whole rows: forward
@@ -71,15 +78,17 @@ def _rmsnorm_fwd_kernel(X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK_M: tl.
 @triton.jit
 def _rmsnorm_bwd_kernel(
     DY, X, GAMMA, DX, DGAMMA_OUT, M, N, stride_dy, stride_x, stride_dx, eps,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FINAL: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
     gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
-    # This program's share of dgamma, kept in float32 registers across all its rows (no M x N scratch).
-    dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    # This program's share of dgamma, kept in registers across all its rows (no M x N scratch), in
+    # float64: a float32 running sum over thousands of rows drifts by more than float32's tolerance
+    # (seen at 32768 x 4096 on an H200); one float64 add per element costs no memory traffic.
+    dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float64)
     # Persistent: tiles pid, pid + P, ... in a fixed order, so the float32 sum is the same every run.
     for tile in range(pid, tl.cdiv(M, BLOCK_M), num_programs):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
@@ -92,9 +101,11 @@ def _rmsnorm_bwd_kernel(
         dx = r[:, None] * u - x * (r * r * r * mean_ux)[:, None]
         tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         # Masked rows and lanes hold dy = x = 0: they add nothing.
-        dgamma_acc += tl.sum(dy * x * r[:, None], axis=0)
-    # Row pid of the (P, N) float32 partials; with P == 1 this is dgamma itself, in gamma's dtype.
-    tl.store(DGAMMA_OUT + pid.to(tl.int64) * N + cols, dgamma_acc.to(DGAMMA_OUT.dtype.element_ty), mask=col_mask)
+        dgamma_acc += tl.sum(dy * x * r[:, None], axis=0).to(tl.float64)
+    if FINAL:  # the only program: this is dgamma itself, in gamma's dtype
+        tl.store(DGAMMA_OUT + cols, dgamma_acc.to(tl.float32).to(DGAMMA_OUT.dtype.element_ty), mask=col_mask)
+    else:  # row pid of the (P, N) float64 partials
+        tl.store(DGAMMA_OUT + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -165,7 +176,7 @@ def _rmsnorm_bwd_looped_kernel(
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
     gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
-    dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float64)  # float64, as in _rmsnorm_bwd_kernel
     for tile in range(pid, tl.cdiv(M, BLOCK_M), num_programs):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
         row_mask = rows < M
@@ -176,12 +187,12 @@ def _rmsnorm_bwd_looped_kernel(
         dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dx = r[:, None] * (dy * gamma[None, :]) - x * coef[:, None]
         tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-        dgamma_acc += tl.sum(dy * x * r[:, None], axis=0)
+        dgamma_acc += tl.sum(dy * x * r[:, None], axis=0).to(tl.float64)
     tl.store(PARTIAL + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)
 
 
 # --------------------------------------------------------------------------------------------------
-# dgamma: the second pass over the (P, N) float32 partials
+# dgamma: the second pass over the (P, N) float64 partials
 # --------------------------------------------------------------------------------------------------
 
 
@@ -189,12 +200,13 @@ def _rmsnorm_bwd_looped_kernel(
 def _dgamma_column_sum_kernel(PARTIAL, DGAMMA, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    acc = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float64)
     for start in range(0, P, BLOCK_P):  # a fixed order of partial rows: deterministic, no atomics
         rows = start + tl.arange(0, BLOCK_P)
         mask = (rows < P)[:, None] & col_mask[None, :]
         acc += tl.load(PARTIAL + rows[:, None].to(tl.int64) * N + cols[None, :], mask=mask, other=0.0)
-    tl.store(DGAMMA + cols, tl.sum(acc, axis=0).to(DGAMMA.dtype.element_ty), mask=col_mask)
+    # float64 to float32 first: one rounding step Triton lowers for every target, then gamma's dtype.
+    tl.store(DGAMMA + cols, tl.sum(acc, axis=0).to(tl.float32).to(DGAMMA.dtype.element_ty), mask=col_mask)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -207,40 +219,41 @@ def _dgamma_column_sum_kernel(PARTIAL, DGAMMA, P, N, BLOCK_P: tl.constexpr, BLOC
 ROW_LIMIT = 8192
 
 #: Whole rows, by BLOCK_N: (rows per program, forward warps, backward warps). Rows shorter than 2048
-#: lanes are grouped so that a program moves about 2048 elements. Warps give about 16 elements per
-#: thread (four 16-byte float32 vectors), except the 8192-lane backward: at 16 warps it needs 128
-#: registers a thread and spills (sm_90, Triton 3.9), at 32 warps 59 and no spill. At 4096 lanes the
-#: 8-warp backward takes 115 registers, so two programs share a multiprocessor (docs/performance-notes.md).
+#: lanes are grouped so that a program moves about 2048 elements. Forward warps give about 16 elements
+#: per thread (four 16-byte float32 vectors). The backward holds more per element (x, dy, the float64
+#: dgamma sum), so it gets more warps: at 4096 lanes 16 warps need 69-76 registers a thread where 8
+#: need 145, at 8192 lanes 32 warps need 64 where 16 spill (sm_90, Triton 3.9; docs/performance-notes.md).
 WHOLE_ROW_TABLE: dict[int, tuple[int, int, int]] = {
     1: (16, 1, 1), 2: (16, 1, 1), 4: (16, 1, 1), 8: (16, 1, 1), 16: (16, 1, 1), 32: (16, 1, 1),
-    64: (16, 2, 2), 128: (16, 4, 4), 256: (8, 4, 4), 512: (4, 4, 4), 1024: (2, 4, 4), 2048: (1, 4, 4),
-    4096: (1, 8, 8), 8192: (1, 16, 32),
+    64: (16, 2, 2), 128: (16, 4, 4), 256: (8, 4, 4), 512: (4, 4, 4), 1024: (2, 4, 4), 2048: (1, 4, 8),
+    4096: (1, 8, 16), 8192: (1, 16, 32),
 }
-#: Persistent whole-row backward programs per multiprocessor: the number of float32 dgamma partial rows
-#: is this times the multiprocessor count.
-PROGRAMS_PER_SM = 2
+#: Persistent whole-row backward programs per multiprocessor: the number of float64 dgamma partial rows
+#: is this times the multiprocessor count. One, because the 4096- and 8192-lane backward programs fill a
+#: multiprocessor's registers alone (16384 x 8192 bfloat16 on an H200: one 2.63 TB/s, two 2.27).
+PROGRAMS_PER_SM = 1
 #: Up to this many elements (rows * BLOCK_N) the backward runs as one program of up to 8192-element
 #: tiles that writes dgamma itself: one launch fewer, which matters more than GPU time for the small
 #: shapes whose cost is all host overhead (0 turns this off).
 SINGLE_PROGRAM_MAX_ELEMENTS = 65536
 
-#: Looped forward: column chunk, warps, persistent programs per multiprocessor. One program of 32 warps
-#: per multiprocessor reading 16384-element chunks keeps 32 KiB (bfloat16) in flight per
-#: multiprocessor, while the rows being read by all of them (132 x 128 KiB at N = 65536) fit in L2 for
-#: the second pass.
-LOOP_BLOCK_N = 16384
-LOOP_WARPS = 32
-LOOP_PROGRAMS_PER_SM = 1
+#: Looped forward, by BLOCK_N: (column chunk, warps, persistent programs per multiprocessor). The rows
+#: being read by all programs at once must fit in L2 for the second pass, and each multiprocessor needs
+#: some 32 KiB in flight. Measured on an H200 (fwd TB/s): at N = 32768 bfloat16 (8192, 16, 2) 2.96
+#: against (16384, 32, 1) 2.45; at N = 65536 (16384, 32, 1) 2.71 against (8192, 16, 2) 2.55.
+LOOP_TABLE: dict[int, tuple[int, int, int]] = {16384: (8192, 16, 2), 32768: (8192, 16, 2), 65536: (16384, 32, 1)}
 #: Looped backward, step 1 (row statistics, one program per row): chunk and warps. 16384 lanes at 32
 #: warps would spill; 8192 at 16 does not.
 STATS_BLOCK_N = 8192
 STATS_WARPS = 16
 #: Looped backward, step 2: tiles of SEG_BLOCK_M rows by SEG_BLOCK_N columns, a column segment per
-#: program, about PROGRAMS_PER_SM * multiprocessors programs in all, rounded down so that they run in
-#: one wave.
-SEG_BLOCK_N = 1024
-SEG_BLOCK_M = 4
+#: program, about SEG_PROGRAMS_PER_SM * multiprocessors programs in all, rounded down so that they run
+#: in one wave. 2 x 2048 measured best on an H200 (fwd+bwd at 4096 x 32768 bfloat16: 577 us against
+#: 783 for 4 x 1024 and 1102 for 8 x 512).
+SEG_BLOCK_N = 2048
+SEG_BLOCK_M = 2
 SEG_WARPS = 8
+SEG_PROGRAMS_PER_SM = 2
 #: The second pass's tile.
 SUM_BLOCK_P = 32
 SUM_BLOCK_N = 128
@@ -298,14 +311,15 @@ def plan(rows: int, n: int, sms: int) -> Plan:
             return Plan(False, block_n, block_m, fwd_warps, 0, bwd_block_m, block_n, bwd_warps, 0, (1, 1))
         programs = min(triton.cdiv(rows, block_m), PROGRAMS_PER_SM * sms)
         return Plan(False, block_n, block_m, fwd_warps, 0, block_m, block_n, bwd_warps, programs, (programs, 1))
+    chunk, loop_warps, loop_programs_per_sm = LOOP_TABLE[min(max(block_n, min(LOOP_TABLE)), max(LOOP_TABLE))]
     segments = triton.cdiv(n, SEG_BLOCK_N)
-    programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), PROGRAMS_PER_SM * sms // segments))
-    fwd_programs = min(rows, LOOP_PROGRAMS_PER_SM * sms)
-    return Plan(True, LOOP_BLOCK_N, 1, LOOP_WARPS, fwd_programs, SEG_BLOCK_M, SEG_BLOCK_N, SEG_WARPS, programs, (programs, segments))
+    programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), SEG_PROGRAMS_PER_SM * sms // segments))
+    fwd_programs = min(rows, loop_programs_per_sm * sms)
+    return Plan(True, chunk, 1, loop_warps, fwd_programs, SEG_BLOCK_M, SEG_BLOCK_N, SEG_WARPS, programs, (programs, segments))
 
 
 def dgamma_scratch_rows(rows: int, n: int, device: torch.device) -> int:
-    """Rows of the float32 (P, N) dgamma scratch the backward allocates for this problem."""
+    """Rows of the float64 (P, N) dgamma scratch the backward allocates for this problem."""
     return plan(rows, n, sm_count(device)).partial_rows
 
 
@@ -315,7 +329,63 @@ def max_dgamma_scratch_rows(n: int, device: torch.device) -> int:
     block_n = block_size(n)
     if block_n <= ROW_LIMIT:
         return PROGRAMS_PER_SM * sms
-    return max(1, PROGRAMS_PER_SM * sms // triton.cdiv(n, SEG_BLOCK_N))
+    return max(1, SEG_PROGRAMS_PER_SM * sms // triton.cdiv(n, SEG_BLOCK_N))
+
+
+# --------------------------------------------------------------------------------------------------
+# Launching: Triton's own launcher once per specialization, then the compiled kernel directly
+# --------------------------------------------------------------------------------------------------
+
+#: After the first launch of each specialization, launch the compiled kernel directly, as
+#: torch.compile's generated code does, instead of going through Triton's per-call argument binding
+#: and cache lookup (tens of microseconds a launch, most of a small RMSNorm's time). The calls are the
+#: two lines Triton's own ``JITFunction.run`` ends with (Triton >= 3.3). Set the environment variable
+#: RMSNORM_KERNEL_FAST_LAUNCH=0 to always launch through Triton's JIT.
+FAST_LAUNCH = os.environ.get("RMSNORM_KERNEL_FAST_LAUNCH", "1") != "0" and _knobs is not None
+
+
+def _arg_key(a) -> object:
+    """What Triton specializes a kernel on, per argument (or finer): a compiled kernel is reused only for
+    arguments that would have given the same specialization."""
+    if isinstance(a, torch.Tensor):
+        return (a.dtype, a.data_ptr() % 16 == 0)  # element type; 16-byte alignment
+    if type(a) is int:
+        return (a == 1, a % 16 == 0, -(2**31) <= a < 2**31)  # value 1; divisibility by 16; int32 or int64
+    if type(a) is float:
+        return float
+    return (type(a), a)
+
+
+def _launch(kernel, grid: tuple, args: tuple, constexprs: tuple, num_warps: int) -> None:
+    """``kernel[grid](*args, **dict(constexprs), num_warps=num_warps)``, the constexprs last in the
+    kernel's signature, in order."""
+    global FAST_LAUNCH
+    if not (FAST_LAUNCH and _ON_GPU):
+        kernel[grid](*args, **dict(constexprs), num_warps=num_warps)
+        return
+    device = _driver.active.get_current_device()
+    cache = getattr(kernel, "_rmsnorm_compiled", None)  # kept on the kernel object: no hashing of it per call
+    if cache is None:
+        cache = {}
+        kernel._rmsnorm_compiled = cache
+    key = (device, num_warps, constexprs, tuple(_arg_key(a) for a in args))
+    compiled = cache.get(key)
+    if compiled is not None:
+        try:
+            stream = _driver.active.get_current_stream(device)
+            full = (*args, *(v for _, v in constexprs))
+            metadata = compiled.launch_metadata(grid, stream, *full)
+            compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, 1, stream, compiled.function, compiled.packed_metadata,
+                         metadata, _knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook, *full)
+            return
+        except Exception:  # this Triton's compiled-kernel interface differs: its own launcher from now on
+            FAST_LAUNCH = False
+    compiled = kernel[grid](*args, **dict(constexprs), num_warps=num_warps)
+    if all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata", "launch_metadata")):
+        cache[key] = compiled
+
+
+_ON_GPU = backend() == CUDA
 
 
 # --------------------------------------------------------------------------------------------------
@@ -347,13 +417,11 @@ def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, p: Plan | 
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     p = p or plan(rows, n, sm_count(x.device))
     if p.looped:
-        _rmsnorm_fwd_looped_kernel[(p.fwd_programs,)](
-            x2, gamma, y, rows, n, x2.stride(0), n, eps, BLOCK_N=p.block_n, num_warps=p.fwd_warps
-        )
+        _launch(_rmsnorm_fwd_looped_kernel, (p.fwd_programs,), (x2, gamma, y, rows, n, x2.stride(0), n, eps),
+                (("BLOCK_N", p.block_n),), p.fwd_warps)
     else:
-        _rmsnorm_fwd_kernel[(triton.cdiv(rows, p.fwd_block_m),)](
-            x2, gamma, y, rows, n, x2.stride(0), n, eps, BLOCK_M=p.fwd_block_m, BLOCK_N=p.block_n, num_warps=p.fwd_warps
-        )
+        _launch(_rmsnorm_fwd_kernel, (triton.cdiv(rows, p.fwd_block_m),), (x2, gamma, y, rows, n, x2.stride(0), n, eps),
+                (("BLOCK_M", p.fwd_block_m), ("BLOCK_N", p.block_n)), p.fwd_warps)
     return y
 
 
@@ -371,23 +439,19 @@ def rmsnorm_backward(
     if p.looped:
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
         coef = torch.empty(rows, dtype=torch.float32, device=x.device)
-        _rmsnorm_bwd_row_stats_kernel[(rows,)](
-            dy2, x2, gamma, rstd, coef, n, dy2.stride(0), x2.stride(0), eps, BLOCK_N=STATS_BLOCK_N, num_warps=STATS_WARPS
-        )
-        partial = torch.empty((p.partial_rows, n), dtype=torch.float32, device=x.device)
-        _rmsnorm_bwd_looped_kernel[p.bwd_grid](
-            dy2, x2, gamma, dx, partial, rstd, coef, rows, n, dy2.stride(0), x2.stride(0), n,
-            BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, num_warps=p.bwd_warps,
-        )
+        _launch(_rmsnorm_bwd_row_stats_kernel, (rows,), (dy2, x2, gamma, rstd, coef, n, dy2.stride(0), x2.stride(0), eps),
+                (("BLOCK_N", STATS_BLOCK_N),), STATS_WARPS)
+        partial = torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
+        _launch(_rmsnorm_bwd_looped_kernel, p.bwd_grid,
+                (dy2, x2, gamma, dx, partial, rstd, coef, rows, n, dy2.stride(0), x2.stride(0), n),
+                (("BLOCK_M", p.bwd_block_m), ("BLOCK_N", p.bwd_block_n)), p.bwd_warps)
     else:
-        partial = dgamma if p.partial_rows == 0 else torch.empty((p.partial_rows, n), dtype=torch.float32, device=x.device)
-        _rmsnorm_bwd_kernel[p.bwd_grid[:1]](
-            dy2, x2, gamma, dx, partial, rows, n, dy2.stride(0), x2.stride(0), n, eps,
-            BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, num_warps=p.bwd_warps,
-        )
+        final = p.partial_rows == 0
+        partial = dgamma if final else torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
+        _launch(_rmsnorm_bwd_kernel, p.bwd_grid[:1], (dy2, x2, gamma, dx, partial, rows, n, dy2.stride(0), x2.stride(0), n, eps),
+                (("BLOCK_M", p.bwd_block_m), ("BLOCK_N", p.bwd_block_n), ("FINAL", final)), p.bwd_warps)
         if p.partial_rows == 0:
             return dx, dgamma
-    _dgamma_column_sum_kernel[(triton.cdiv(n, SUM_BLOCK_N),)](
-        partial, dgamma, p.partial_rows, n, BLOCK_P=SUM_BLOCK_P, BLOCK_N=SUM_BLOCK_N, num_warps=4
-    )
+    _launch(_dgamma_column_sum_kernel, (triton.cdiv(n, SUM_BLOCK_N),), (partial, dgamma, p.partial_rows, n),
+            (("BLOCK_P", SUM_BLOCK_P), ("BLOCK_N", SUM_BLOCK_N)), 4)
     return dx, dgamma

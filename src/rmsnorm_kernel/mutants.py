@@ -36,14 +36,14 @@ def _rmsnorm_fwd_kernel_block_mean(X, GAMMA, Y, M, N, stride_x, stride_y, eps, B
 @triton.jit
 def _rmsnorm_bwd_kernel_block_mean(
     DY, X, GAMMA, DX, DGAMMA_OUT, M, N, stride_dy, stride_x, stride_dx, eps,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FINAL: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
     gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
-    dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float64)
     for tile in range(pid, tl.cdiv(M, BLOCK_M), num_programs):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
         mask = (rows < M)[:, None] & col_mask[None, :]
@@ -54,8 +54,11 @@ def _rmsnorm_bwd_kernel_block_mean(
         mean_ux = tl.sum(u * x, axis=1) / BLOCK_N  # and in mean(u * x)
         dx = r[:, None] * u - x * (r * r * r * mean_ux)[:, None]
         tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-        dgamma_acc += tl.sum(dy * x * r[:, None], axis=0)
-    tl.store(DGAMMA_OUT + pid.to(tl.int64) * N + cols, dgamma_acc.to(DGAMMA_OUT.dtype.element_ty), mask=col_mask)
+        dgamma_acc += tl.sum(dy * x * r[:, None], axis=0).to(tl.float64)
+    if FINAL:
+        tl.store(DGAMMA_OUT + cols, dgamma_acc.to(tl.float32).to(DGAMMA_OUT.dtype.element_ty), mask=col_mask)
+    else:
+        tl.store(DGAMMA_OUT + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)
 
 
 def _whole_row_plan(x2: torch.Tensor, n: int):
@@ -86,9 +89,9 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
     rows = x2.shape[0]
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     p = _whole_row_plan(x2, n)
-    partial = torch.empty((max(p.partial_rows, 1), n), dtype=torch.float32, device=x.device)  # dgamma unused
+    partial = torch.empty((max(p.partial_rows, 1), n), dtype=torch.float64, device=x.device)  # dgamma unused
     _rmsnorm_bwd_kernel_block_mean[p.bwd_grid[:1]](
         dy2, x2, gamma, dx, partial, rows, n, dy2.stride(0), x2.stride(0), n, eps,
-        BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, num_warps=p.bwd_warps,
+        BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, FINAL=False, num_warps=p.bwd_warps,
     )
     return dx
