@@ -158,9 +158,10 @@ class RMSNormRegressor(L.LightningModule):
         self.calls.update(checkpoint.get("calls", {}))
         rng = checkpoint.get("rng")
         if rng is not None:
-            torch.set_rng_state(rng["torch"])
+            # .cpu(): a checkpoint loaded with map_location="cuda" moves these byte tensors too
+            torch.set_rng_state(rng["torch"].cpu())
             if "cuda" in rng and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(rng["cuda"])
+                torch.cuda.set_rng_state_all([state.cpu() for state in rng["cuda"]])
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
