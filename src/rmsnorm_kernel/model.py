@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .module import RMSNorm
+from .backend import kernel_device_type
 from .op import call_counts
 
 #: The constructor arguments of ``build_network``, as saved in a checkpoint's hyper-parameters.
@@ -150,7 +151,15 @@ class RMSNormRegressor(L.LightningModule):
             was_training = self.net.training
             self.net.eval()
             with torch.no_grad():
-                out = self.net.forward(x.to(self.device)).float().cpu()  # eager, also when compiled
+                if self.hparams.norm_impl == "triton" and self.device.type != kernel_device_type():
+                    # Lightning hands the module back on the CPU after fit; run the saved weights where
+                    # the kernels run, without moving the module itself.
+                    device = torch.device(kernel_device_type())
+                    params = {k: v.to(device) for k, v in self.net.state_dict().items()}
+                    out = torch.func.functional_call(self.net, params, (x.to(device),))
+                else:
+                    out = self.net.forward(x.to(self.device))  # eager, also when compiled
+            out = out.float().cpu()
             self.net.train(was_training)
             checkpoint["rmsnorm_kernel"] = {"test_inputs": x.clone(), "test_outputs": out}
 
