@@ -8,7 +8,7 @@ import torch
 from rmsnorm_kernel.checkpoints import read_checkpoint
 from rmsnorm_kernel.model import build_network
 from rmsnorm_kernel.tolerances import TRAINING_CURVE_RTOL, compare
-from rmsnorm_kernel.training import read_scalars
+from rmsnorm_kernel.events import read_scalars
 
 from .test_training import train
 

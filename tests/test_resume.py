@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rmsnorm_kernel.checkpoints import CheckpointError, atomic_torch_save, read_checkpoint
-from rmsnorm_kernel.training import read_scalars
+from rmsnorm_kernel.events import read_scalars
 
 from .test_training import ROOT, train
 

@@ -11,7 +11,8 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from rmsnorm_kernel.tolerances import TRAINING_CURVE_RTOL
-from rmsnorm_kernel.training import build, read_scalars
+from rmsnorm_kernel.events import read_scalars
+from rmsnorm_kernel.training import build
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = ["trainer.enable_progress_bar=false"]

@@ -75,19 +75,13 @@ def read_training_scalars(runs_dir: Path) -> dict[str, dict[str, tuple[list[int]
 
     The label is the directory's path relative to ``runs_dir`` (e.g. ``triton_seed0/version_0``).
     """
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from .events import read_scalars
 
     runs: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
     event_dirs = sorted({p.parent for p in Path(runs_dir).rglob("events.out.tfevents*") if p.is_file()})
     for d in event_dirs:
-        acc = EventAccumulator(str(d), size_guidance={"scalars": 0})  # 0: keep every point
-        acc.Reload()
-        available = set(acc.Tags().get("scalars", []))
-        scalars = {}
-        for tag in TRAINING_TAGS:
-            if tag in available:
-                events = acc.Scalars(tag)
-                scalars[tag] = ([e.step for e in events], [e.value for e in events])
+        every = read_scalars(d)
+        scalars = {tag: ([s for s, _ in every[tag]], [v for _, v in every[tag]]) for tag in TRAINING_TAGS if tag in every}
         runs[str(d.relative_to(runs_dir))] = scalars
     return runs
 

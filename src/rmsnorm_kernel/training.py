@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import sys
 import time
 import warnings
@@ -38,11 +37,11 @@ from .checkpoints import AtomicCheckpointIO, CheckpointError, check_matches, rea
 from .config import ConfigError, validate
 from .contract import ContractError
 from .data import SyntheticRegressionData
+from .events import read_scalars
 from .model import NonFiniteLossError, RMSNormRegressor, build_network
 from .module import IMPLS
 from .tolerances import compare
 
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -382,16 +381,6 @@ def main(cfg: DictConfig) -> RunResult:
         print(f"train.py: check failed: {result.failures[0]}", file=sys.stderr)
         sys.exit(1)
     return result
-
-
-def read_scalars(log_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar of a TensorBoard run directory: tag -> [(step, value), ...] in step order."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    logging.getLogger("tensorboard").setLevel(logging.WARNING)  # one INFO line per event file otherwise
-    acc = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
 def last(scalars: dict, tag: str) -> float:
