@@ -54,20 +54,26 @@ except ImportError:  # pragma: no cover - older Triton: always its own launcher
 
 
 @triton.jit
-def _rmsnorm_fwd_kernel(X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # BLOCK_M rows per program: short rows share a program so that each one moves enough bytes.
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # int64: rows * stride may pass 2**31
+def _rmsnorm_fwd_kernel(
+    X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+):
+    # BLOCK_M rows per tile: short rows share a tile so that each one moves enough bytes. Program p takes
+    # the tiles p, p + P, ...: one tile each when the grid covers them all, several when it is persistent,
+    # in which case STAGES > 1 lets Triton copy the next tile's x into shared memory (cp.async) while
+    # this one is computed.
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    mask = (rows < M)[:, None] & col_mask[None, :]
-    # Cast to float32 at load time, before the reduction: squares of float16/bfloat16 values lose
-    # precision (and float16 overflows above 256^2) if summed in the input format.
-    x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
-    mean_sq = tl.sum(x * x, axis=1) / N  # N, not BLOCK_N: masked lanes are padding, not data
-    r = 1.0 / tl.sqrt(mean_sq + eps)
-    y = x * r[:, None] * gamma[None, :]
-    tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    for tile in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
+        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64: rows * stride may pass 2**31
+        mask = (rows < M)[:, None] & col_mask[None, :]
+        # Cast to float32 at load time, before the reduction: squares of float16/bfloat16 values lose
+        # precision (and float16 overflows above 256^2) if summed in the input format.
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        mean_sq = tl.sum(x * x, axis=1) / N  # N, not BLOCK_N: masked lanes are padding, not data
+        r = 1.0 / tl.sqrt(mean_sq + eps)
+        y = x * r[:, None] * gamma[None, :]
+        tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -78,7 +84,7 @@ def _rmsnorm_fwd_kernel(X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK_M: tl.
 @triton.jit
 def _rmsnorm_bwd_kernel(
     DY, X, GAMMA, DX, DGAMMA_OUT, M, N, stride_dy, stride_x, stride_dx, eps,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FINAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FINAL: tl.constexpr, STAGES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
@@ -89,8 +95,10 @@ def _rmsnorm_bwd_kernel(
     # float64: a float32 running sum over thousands of rows drifts by more than float32's tolerance
     # (seen at 32768 x 4096 on an H200); one float64 add per element costs no memory traffic.
     dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float64)
-    # Persistent: tiles pid, pid + P, ... in a fixed order, so the float32 sum is the same every run.
-    for tile in range(pid, tl.cdiv(M, BLOCK_M), num_programs):
+    # Persistent: tiles pid, pid + P, ... in a fixed order, so the sum is the same every run. With
+    # STAGES > 1 the next tile's x and dy are copied into shared memory (cp.async) while this one is
+    # computed: without it a multiprocessor has one tile in flight and waits on memory latency.
+    for tile in tl.range(pid, tl.cdiv(M, BLOCK_M), num_programs, num_stages=STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
         mask = (rows < M)[:, None] & col_mask[None, :]
         x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -114,7 +122,7 @@ def _rmsnorm_bwd_kernel(
 
 
 @triton.jit
-def _rmsnorm_fwd_looped_kernel(X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr):
+def _rmsnorm_fwd_looped_kernel(X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     cols = tl.arange(0, BLOCK_N)
     num_chunks = tl.cdiv(N, BLOCK_N)
     # Persistent over rows: few programs at a time, so the rows they are reading, and read again in
@@ -125,14 +133,15 @@ def _rmsnorm_fwd_looped_kernel(X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK
         x_row = X + row * stride_x
         y_row = Y + row * stride_y
         # Pass 1: sum(x^2) over the row, chunk by chunk, in float32 lanes reduced once at the end.
+        # STAGES > 1: the next chunk is copied into shared memory while this one is summed.
         sum_sq = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for start in range(0, N, BLOCK_N):
+        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
             x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0).to(tl.float32)
             sum_sq += x * x
         r = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)
         # Pass 2 walks the chunks backwards: the ones read last in pass 1 are the likeliest still in
         # L2, so the second read of x mostly comes from cache rather than memory.
-        for i in range(0, num_chunks):
+        for i in tl.range(0, num_chunks, num_stages=STAGES):
             start = (num_chunks - 1 - i) * BLOCK_N
             mask = start + cols < N
             x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
@@ -146,13 +155,15 @@ def _rmsnorm_fwd_looped_kernel(X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK
 
 
 @triton.jit
-def _rmsnorm_bwd_row_stats_kernel(DY, X, GAMMA, RSTD, COEF, N, stride_dy, stride_x, eps, BLOCK_N: tl.constexpr):
+def _rmsnorm_bwd_row_stats_kernel(
+    DY, X, GAMMA, RSTD, COEF, N, stride_dy, stride_x, eps, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+):
     # Per row: r, and coef = r^3 * mean(u * x), the two numbers dx = r * u - x * coef needs.
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     sum_sq = tl.zeros((BLOCK_N,), dtype=tl.float32)
     sum_ux = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
+    for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
         mask = start + cols < N
         x = tl.load(X + row * stride_x + start + cols, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(DY + row * stride_dy + start + cols, mask=mask, other=0.0).to(tl.float32)
@@ -167,7 +178,7 @@ def _rmsnorm_bwd_row_stats_kernel(DY, X, GAMMA, RSTD, COEF, N, stride_dy, stride
 @triton.jit
 def _rmsnorm_bwd_looped_kernel(
     DY, X, GAMMA, DX, PARTIAL, RSTD, COEF, M, N, stride_dy, stride_x, stride_dx,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
 ):
     # Program (p, s): column segment s of the rows p, p + P, ...; its dgamma share stays in registers
     # because a segment, unlike a 65536-wide row, fits there.
@@ -177,7 +188,7 @@ def _rmsnorm_bwd_looped_kernel(
     col_mask = cols < N
     gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
     dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float64)  # float64, as in _rmsnorm_bwd_kernel
-    for tile in range(pid, tl.cdiv(M, BLOCK_M), num_programs):
+    for tile in tl.range(pid, tl.cdiv(M, BLOCK_M), num_programs, num_stages=STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
         row_mask = rows < M
         mask = row_mask[:, None] & col_mask[None, :]
@@ -228,6 +239,15 @@ WHOLE_ROW_TABLE: dict[int, tuple[int, int, int]] = {
     64: (16, 2, 2), 128: (16, 4, 4), 256: (8, 4, 4), 512: (4, 4, 4), 1024: (2, 4, 4), 2048: (1, 4, 8),
     4096: (1, 8, 16), 8192: (1, 16, 32),
 }
+#: Whole-row forward programs per multiprocessor when it runs persistent (0: one program per row tile,
+#: the grid covering every tile).
+FWD_PROGRAMS_PER_SM = 0
+#: Pipelining depth of the row-tile and column-chunk loops (``tl.range(num_stages=...)``): with 2 or more,
+#: Triton copies the next tile into shared memory with cp.async while the current one is computed, so a
+#: multiprocessor keeps more bytes in flight than its registers hold. 1: no pipelining.
+FWD_STAGES = 1
+BWD_STAGES = 1
+LOOP_STAGES = 1
 #: Persistent whole-row backward programs per multiprocessor: the number of float64 dgamma partial rows
 #: is this times the multiprocessor count. One, because the 4096- and 8192-lane backward programs fill a
 #: multiprocessor's registers alone (16384 x 8192 bfloat16 on an H200: one 2.63 TB/s, two 2.27).
@@ -286,8 +306,9 @@ class Plan:
     block_n: int
     fwd_block_m: int
     fwd_warps: int
-    #: Programs of the looped forward (persistent over rows); 0 for whole rows (one per row tile).
+    #: Forward grid: one program per row tile, or fewer persistent ones that loop over the tiles.
     fwd_programs: int
+    fwd_stages: int
     #: Tile of the backward's dx/dgamma kernel: BLOCK_M rows by BLOCK_N columns (a segment when looped).
     bwd_block_m: int
     bwd_block_n: int
@@ -297,6 +318,7 @@ class Plan:
     partial_rows: int
     #: Backward grid: (programs along rows, column segments).
     bwd_grid: tuple[int, int]
+    bwd_stages: int
 
 
 @functools.lru_cache(maxsize=4096)
@@ -305,17 +327,24 @@ def plan(rows: int, n: int, sms: int) -> Plan:
     block_n = block_size(n)
     if block_n <= ROW_LIMIT:
         block_m, fwd_warps, bwd_warps = WHOLE_ROW_TABLE[block_n]
+        tiles = triton.cdiv(rows, block_m)
+        fwd_programs = min(tiles, FWD_PROGRAMS_PER_SM * sms) if FWD_PROGRAMS_PER_SM > 0 else tiles
+        fwd = dict(looped=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=fwd_warps, fwd_programs=fwd_programs,
+                   fwd_stages=FWD_STAGES)
         if rows * block_n <= SINGLE_PROGRAM_MAX_ELEMENTS:
             bwd_block_m = min(triton.next_power_of_2(rows), max(1, 8192 // block_n))
             bwd_warps = max(1, min(16, bwd_block_m * block_n // 512))
-            return Plan(False, block_n, block_m, fwd_warps, 0, bwd_block_m, block_n, bwd_warps, 0, (1, 1))
-        programs = min(triton.cdiv(rows, block_m), PROGRAMS_PER_SM * sms)
-        return Plan(False, block_n, block_m, fwd_warps, 0, block_m, block_n, bwd_warps, programs, (programs, 1))
+            return Plan(**fwd, bwd_block_m=bwd_block_m, bwd_block_n=block_n, bwd_warps=bwd_warps, partial_rows=0,
+                        bwd_grid=(1, 1), bwd_stages=BWD_STAGES)
+        programs = min(tiles, PROGRAMS_PER_SM * sms)
+        return Plan(**fwd, bwd_block_m=block_m, bwd_block_n=block_n, bwd_warps=bwd_warps, partial_rows=programs,
+                    bwd_grid=(programs, 1), bwd_stages=BWD_STAGES)
     chunk, loop_warps, loop_programs_per_sm = LOOP_TABLE[min(max(block_n, min(LOOP_TABLE)), max(LOOP_TABLE))]
     segments = triton.cdiv(n, SEG_BLOCK_N)
     programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), SEG_PROGRAMS_PER_SM * sms // segments))
-    fwd_programs = min(rows, loop_programs_per_sm * sms)
-    return Plan(True, chunk, 1, loop_warps, fwd_programs, SEG_BLOCK_M, SEG_BLOCK_N, SEG_WARPS, programs, (programs, segments))
+    return Plan(looped=True, block_n=chunk, fwd_block_m=1, fwd_warps=loop_warps, fwd_programs=min(rows, loop_programs_per_sm * sms),
+                fwd_stages=LOOP_STAGES, bwd_block_m=SEG_BLOCK_M, bwd_block_n=SEG_BLOCK_N, bwd_warps=SEG_WARPS,
+                partial_rows=programs, bwd_grid=(programs, segments), bwd_stages=LOOP_STAGES)
 
 
 def dgamma_scratch_rows(rows: int, n: int, device: torch.device) -> int:
@@ -418,10 +447,10 @@ def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, p: Plan | 
     p = p or plan(rows, n, sm_count(x.device))
     if p.looped:
         _launch(_rmsnorm_fwd_looped_kernel, (p.fwd_programs,), (x2, gamma, y, rows, n, x2.stride(0), n, eps),
-                (("BLOCK_N", p.block_n),), p.fwd_warps)
+                (("BLOCK_N", p.block_n), ("STAGES", p.fwd_stages)), p.fwd_warps)
     else:
-        _launch(_rmsnorm_fwd_kernel, (triton.cdiv(rows, p.fwd_block_m),), (x2, gamma, y, rows, n, x2.stride(0), n, eps),
-                (("BLOCK_M", p.fwd_block_m), ("BLOCK_N", p.block_n)), p.fwd_warps)
+        _launch(_rmsnorm_fwd_kernel, (p.fwd_programs,), (x2, gamma, y, rows, n, x2.stride(0), n, eps),
+                (("BLOCK_M", p.fwd_block_m), ("BLOCK_N", p.block_n), ("STAGES", p.fwd_stages)), p.fwd_warps)
     return y
 
 
@@ -440,16 +469,16 @@ def rmsnorm_backward(
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
         coef = torch.empty(rows, dtype=torch.float32, device=x.device)
         _launch(_rmsnorm_bwd_row_stats_kernel, (rows,), (dy2, x2, gamma, rstd, coef, n, dy2.stride(0), x2.stride(0), eps),
-                (("BLOCK_N", STATS_BLOCK_N),), STATS_WARPS)
+                (("BLOCK_N", STATS_BLOCK_N), ("STAGES", p.bwd_stages)), STATS_WARPS)
         partial = torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
         _launch(_rmsnorm_bwd_looped_kernel, p.bwd_grid,
                 (dy2, x2, gamma, dx, partial, rstd, coef, rows, n, dy2.stride(0), x2.stride(0), n),
-                (("BLOCK_M", p.bwd_block_m), ("BLOCK_N", p.bwd_block_n)), p.bwd_warps)
+                (("BLOCK_M", p.bwd_block_m), ("BLOCK_N", p.bwd_block_n), ("STAGES", p.bwd_stages)), p.bwd_warps)
     else:
         final = p.partial_rows == 0
         partial = dgamma if final else torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
         _launch(_rmsnorm_bwd_kernel, p.bwd_grid[:1], (dy2, x2, gamma, dx, partial, rows, n, dy2.stride(0), x2.stride(0), n, eps),
-                (("BLOCK_M", p.bwd_block_m), ("BLOCK_N", p.bwd_block_n), ("FINAL", final)), p.bwd_warps)
+                (("BLOCK_M", p.bwd_block_m), ("BLOCK_N", p.bwd_block_n), ("FINAL", final), ("STAGES", p.bwd_stages)), p.bwd_warps)
         if p.partial_rows == 0:
             return dx, dgamma
     _launch(_dgamma_column_sum_kernel, (triton.cdiv(n, SUM_BLOCK_N),), (partial, dgamma, p.partial_rows, n),

@@ -20,23 +20,26 @@ from .kernels import plan, sm_count
 
 
 @triton.jit
-def _rmsnorm_fwd_kernel_block_mean(X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+def _rmsnorm_fwd_kernel_block_mean(
+    X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+):
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    mask = (rows < M)[:, None] & col_mask[None, :]
-    x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
-    mean_sq = tl.sum(x * x, axis=1) / BLOCK_N  # THE DEFECT: BLOCK_N instead of N
-    r = 1.0 / tl.sqrt(mean_sq + eps)
-    y = x * r[:, None] * gamma[None, :]
-    tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    for tile in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
+        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
+        mask = (rows < M)[:, None] & col_mask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        mean_sq = tl.sum(x * x, axis=1) / BLOCK_N  # THE DEFECT: BLOCK_N instead of N
+        r = 1.0 / tl.sqrt(mean_sq + eps)
+        y = x * r[:, None] * gamma[None, :]
+        tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _rmsnorm_bwd_kernel_block_mean(
     DY, X, GAMMA, DX, DGAMMA_OUT, M, N, stride_dy, stride_x, stride_dx, eps,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FINAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FINAL: tl.constexpr, STAGES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
@@ -44,7 +47,7 @@ def _rmsnorm_bwd_kernel_block_mean(
     col_mask = cols < N
     gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
     dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float64)
-    for tile in range(pid, tl.cdiv(M, BLOCK_M), num_programs):
+    for tile in tl.range(pid, tl.cdiv(M, BLOCK_M), num_programs, num_stages=STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
         mask = (rows < M)[:, None] & col_mask[None, :]
         x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -75,8 +78,9 @@ def forward_block_mean(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torc
     rows = x2.shape[0]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     p = _whole_row_plan(x2, n)
-    _rmsnorm_fwd_kernel_block_mean[(triton.cdiv(rows, p.fwd_block_m),)](
-        x2, gamma, y, rows, n, x2.stride(0), n, eps, BLOCK_M=p.fwd_block_m, BLOCK_N=p.block_n, num_warps=p.fwd_warps
+    _rmsnorm_fwd_kernel_block_mean[(p.fwd_programs,)](
+        x2, gamma, y, rows, n, x2.stride(0), n, eps, BLOCK_M=p.fwd_block_m, BLOCK_N=p.block_n, STAGES=p.fwd_stages,
+        num_warps=p.fwd_warps,
     )
     return y
 
@@ -92,6 +96,6 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
     partial = torch.empty((max(p.partial_rows, 1), n), dtype=torch.float64, device=x.device)  # dgamma unused
     _rmsnorm_bwd_kernel_block_mean[p.bwd_grid[:1]](
         dy2, x2, gamma, dx, partial, rows, n, dy2.stride(0), x2.stride(0), n, eps,
-        BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, FINAL=False, num_warps=p.bwd_warps,
+        BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, FINAL=False, STAGES=p.bwd_stages, num_warps=p.bwd_warps,
     )
     return dx
