@@ -1,5 +1,7 @@
 """The Triton kernels against the oracle: y, dx and dgamma over irregular shapes and three dtypes."""
 
+import math
+
 import pytest
 import torch
 
@@ -92,12 +94,31 @@ def test_long_rows_match_oracle_forward_dx_and_dgamma(shape, dtype, device):
         assert c.ok, f"{name}: max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} over {c.tolerance}"
 
 
+@pytest.mark.parametrize("fwd_row_limit", [8192, 16384, 65536], ids=lambda v: f"FWD_ROW_LIMIT={v}")
+@pytest.mark.parametrize("persistent", [0, 2], ids=lambda v: f"forward programs per SM {v}")
+def test_forward_matches_oracle_whole_looped_and_persistent(fwd_row_limit, persistent, device, monkeypatch):
+    """Every forward plan the launch table can choose: whole rows up to FWD_ROW_LIMIT lanes, looped
+    beyond, one program per tile or fewer persistent ones."""
+    monkeypatch.setattr(kernels, "FWD_ROW_LIMIT", fwd_row_limit)
+    monkeypatch.setattr(kernels, "FWD_PROGRAMS_PER_SM", persistent)
+    kernels.plan.cache_clear()
+    try:
+        for shape in [(7, 257), (5, 9000), (3, 40000)]:
+            x, gamma, _ = make_inputs(shape, torch.float32, device)
+            p = kernels.plan(shape[0], shape[1], kernels.sm_count(x.device))
+            assert p.fwd_looped == (kernels.block_size(shape[1]) > fwd_row_limit)
+            c = compare(kernels.rmsnorm_forward(x, gamma, 1e-6), rmsnorm_reference(x, gamma, 1e-6))
+            assert c.ok, f"{shape}: max abs {c.max_abs:.3g} over {c.tolerance}"
+    finally:
+        kernels.plan.cache_clear()
+
+
 def test_n_65536_with_more_rows_than_programs(device):
     """More row tiles than persistent programs, so each program sums several rows into its partial."""
     n = 65536
     shape = ((kernels.max_dgamma_scratch_rows(n, torch.device(device)) + 1) * kernels.SEG_BLOCK_M, n)
     p = kernels.plan(shape[0], shape[1], kernels.sm_count(torch.device(device)))
-    assert p.looped and kernels.triton.cdiv(shape[0], p.bwd_block_m) > p.bwd_grid[0]
+    assert p.bwd_looped and kernels.triton.cdiv(shape[0], p.bwd_block_m) > p.bwd_grid[0]
     x, gamma, dy = make_inputs(shape, torch.float16, device)
     (y, dx, dgamma), (y_ref, dx_ref, dgamma_ref) = triton_and_reference(x, gamma, dy)
     assert compare(y, y_ref).ok and compare(dx, dx_ref).ok and compare(dgamma, dgamma_ref).ok
@@ -260,32 +281,89 @@ def test_fast_launch_reuses_the_compiled_kernel_with_triton_s_own_call(fake_gpu_
     compiled = _FakeCompiled()
     kernel = _FakeKernel(compiled)
     x = torch.zeros(64)
-    args, constexprs = (x, 5, 1e-6), (("BLOCK_M", 4), ("BLOCK_N", 512))
-    kernels._launch(kernel, (3,), args, constexprs, 4)
+    args, constexprs, key = (x, 5, 1e-6), (("BLOCK_M", 4), ("BLOCK_N", 512)), ("key",)
+    kernels._launch(kernel, (3,), args, constexprs, 4, key)
     assert kernel.jit_calls == [((3,), args, {"BLOCK_M": 4, "BLOCK_N": 512, "num_warps": 4})] and compiled.runs == []
-    kernels._launch(kernel, (3, 2), args, constexprs, 4)
+    kernels._launch(kernel, (3, 2), args, constexprs, 4, key)
     assert len(kernel.jit_calls) == 1  # the second launch skips Triton's binder
     assert compiled.runs == [(3, 2, 1, 77, "function", "packed", ("metadata", (3, 2), 77), "enter", "exit", x, 5, 1e-6, 4, 512)]
+
+
+def test_fast_launch_passes_no_launch_metadata_without_a_launch_hook(fake_gpu_launch, monkeypatch):
+    monkeypatch.setattr(kernels._knobs.runtime, "launch_enter_hook", None)
+    compiled = _FakeCompiled()
+    kernel = _FakeKernel(compiled)
+    for _ in range(2):
+        kernels._launch(kernel, (1,), (torch.zeros(4),), (), 4, ("key",))
+    assert compiled.runs[0][6:9] == (None, None, "exit")
+
+
+def _fresh(shape, dtype=torch.float32, offset=0):
+    """A tensor of ``shape`` whose data starts ``offset`` elements into its storage."""
+    n = math.prod(shape)
+    return torch.randn(n + offset).to(dtype)[offset:].view(shape)
+
+
+_BASE_FWD = lambda: (_fresh((6, 40)), _fresh((40,)))  # noqa: E731
 
 
 @pytest.mark.parametrize(
     "changed",
     [
-        lambda x: ((x[1:], 5, 1e-6), (("BLOCK_M", 4),), 4),  # a pointer no longer 16-byte aligned
-        lambda x: ((x, 1, 1e-6), (("BLOCK_M", 4),), 4),  # an int that Triton may specialize as 1
-        lambda x: ((x, 32, 1e-6), (("BLOCK_M", 4),), 4),  # an int that becomes divisible by 16
-        lambda x: ((x, 2**31 + 5, 1e-6), (("BLOCK_M", 4),), 4),  # an int that needs 64 bits
-        lambda x: ((x.double(), 5, 1e-6), (("BLOCK_M", 4),), 4),  # another element type
-        lambda x: ((x, 5, 1e-6), (("BLOCK_M", 8),), 4),  # another constexpr
-        lambda x: ((x, 5, 1e-6), (("BLOCK_M", 4),), 8),  # other warps
+        pytest.param(lambda: (_fresh((6, 40), offset=1), _fresh((40,))), id="x-no-longer-16-byte-aligned"),
+        pytest.param(lambda: (_fresh((6, 40)), _fresh((40,), offset=1)), id="gamma-no-longer-16-byte-aligned"),
+        pytest.param(lambda: (_fresh((6, 40), torch.float16), _fresh((40,), torch.float16)), id="other-dtype"),
+        pytest.param(lambda: (_fresh((6, 40), torch.float16), _fresh((40,))), id="mixed-precision"),
+        pytest.param(lambda: (_fresh((1, 40)), _fresh((40,))), id="one-row"),
+        pytest.param(lambda: (_fresh((16, 40)), _fresh((40,))), id="other-row-count"),
+        pytest.param(lambda: (_fresh((6, 48))[:, :40], _fresh((40,))), id="other-row-stride"),
+        pytest.param(lambda: (_fresh((6, 32)), _fresh((32,))), id="other-n"),
     ],
 )
-def test_fast_launch_never_reuses_a_kernel_across_specializations(changed, fake_gpu_launch):
+def test_fast_launch_never_reuses_a_forward_kernel_across_specializations(changed, fake_gpu_launch, monkeypatch):
+    compiled = _FakeCompiled()
+    kernel = _FakeKernel(compiled)
+    monkeypatch.setattr(kernels, "_rmsnorm_fwd_kernel", kernel)
+    kernels.rmsnorm_forward(*_BASE_FWD(), 1e-6)
+    kernels.rmsnorm_forward(*_BASE_FWD(), 1e-6)  # new tensors, same specialization: reused
+    assert len(kernel.jit_calls) == 1 and len(compiled.runs) == 1
+    kernels.rmsnorm_forward(*changed(), 1e-6)
+    assert len(kernel.jit_calls) == 2 and len(compiled.runs) == 1
+
+
+@pytest.mark.parametrize(
+    "changed_dy",
+    [
+        pytest.param(lambda: _fresh((6, 40), offset=1), id="dy-no-longer-16-byte-aligned"),
+        pytest.param(lambda: _fresh((6, 48))[:, :40], id="dy-other-row-stride"),
+        pytest.param(lambda: _fresh((6, 40), torch.float64), id="dy-other-dtype"),
+    ],
+)
+def test_fast_launch_never_reuses_a_backward_kernel_across_specializations(changed_dy, fake_gpu_launch, monkeypatch):
+    compiled = _FakeCompiled()
+    kernel = _FakeKernel(compiled)
+    monkeypatch.setattr(kernels, "_rmsnorm_bwd_kernel", kernel)
+    x, gamma = _BASE_FWD()
+    kernels.rmsnorm_backward(_fresh((6, 40)), x, gamma, 1e-6)
+    kernels.rmsnorm_backward(_fresh((6, 40)), x, gamma, 1e-6)
+    assert len(kernel.jit_calls) == 1 and len(compiled.runs) == 1
+    kernels.rmsnorm_backward(changed_dy(), x, gamma, 1e-6)
+    assert len(kernel.jit_calls) == 2 and len(compiled.runs) == 1
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        pytest.param(lambda x: ((x, 5, 1e-6), (("BLOCK_M", 8),), 4), id="another-constexpr"),
+        pytest.param(lambda x: ((x, 5, 1e-6), (("BLOCK_M", 4),), 8), id="other-warps"),
+    ],
+)
+def test_fast_launch_never_reuses_a_kernel_across_launch_plans(changed, fake_gpu_launch):
     compiled = _FakeCompiled()
     kernel = _FakeKernel(compiled)
     x = torch.zeros(64)
-    kernels._launch(kernel, (1,), (x, 5, 1e-6), (("BLOCK_M", 4),), 4)
-    kernels._launch(kernel, (1,), *changed(x))
+    kernels._launch(kernel, (1,), (x, 5, 1e-6), (("BLOCK_M", 4),), 4, ("key",))
+    kernels._launch(kernel, (1,), *changed(x), ("key",))
     assert len(kernel.jit_calls) == 2 and compiled.runs == []
 
 
@@ -293,6 +371,6 @@ def test_fast_launch_falls_back_to_triton_for_good_when_the_interface_differs(fa
     kernel = _FakeKernel(_FakeCompiled(fail=True))
     x = torch.zeros(64)
     for _ in range(3):
-        kernels._launch(kernel, (1,), (x,), (), 4)
+        kernels._launch(kernel, (1,), (x,), (), 4, ("key",))
     assert kernels.FAST_LAUNCH is False
     assert len(kernel.jit_calls) == 3  # every launch still happened, through Triton's JIT

@@ -533,43 +533,50 @@ def _loop(chunk: int, warps: int, programs_per_sm: int) -> dict:
 
 SWEEP_VARIANTS: dict[str, dict] = {
     "base": {},
+    "base_again": {},  # the same plan timed again: the run-to-run noise of the sweep
     "single_off": {"SINGLE_PROGRAM_MAX_ELEMENTS": 0},
-    # Whole rows, forward: persistent programs and pipelining depth.
-    "fwd_pps1_s3": {"FWD_PROGRAMS_PER_SM": 1, "FWD_STAGES": 3},
-    "fwd_pps2_s2": {"FWD_PROGRAMS_PER_SM": 2, "FWD_STAGES": 2},
+    # Whole rows, forward: warps, persistent programs and pipelining depth.
+    "fwd4096w4": _table(r4096=(1, 4, 16)),
+    "fwd4096w16": _table(r4096=(1, 16, 16)),
+    "fwd8192w8": _table(r8192=(1, 8, 32)),
     "fwd_pps2_s3": {"FWD_PROGRAMS_PER_SM": 2, "FWD_STAGES": 3},
-    "fwd_pps4_s2": {"FWD_PROGRAMS_PER_SM": 4, "FWD_STAGES": 2},
-    "fwd_pps8_s2": {"FWD_PROGRAMS_PER_SM": 8, "FWD_STAGES": 2},
+    "fwd_pps4_s3": {"FWD_PROGRAMS_PER_SM": 4, "FWD_STAGES": 3},
+    "fwd_pps2_s4": {"FWD_PROGRAMS_PER_SM": 2, "FWD_STAGES": 4},
+    "fwd8192w8_pps2_s3": {"FWD_PROGRAMS_PER_SM": 2, "FWD_STAGES": 3, **_table(r8192=(1, 8, 32))},
     # Whole rows, backward: pipelining depth, programs per multiprocessor, warps.
     "bwd_s2": {"BWD_STAGES": 2},
-    "bwd_s3": {"BWD_STAGES": 3},
-    "bwd_s2_pps2": {"BWD_STAGES": 2, "PROGRAMS_PER_SM": 2},
+    "bwd_s4": {"BWD_STAGES": 4},
     "bwd_s3_pps2": {"BWD_STAGES": 3, "PROGRAMS_PER_SM": 2},
-    "bwd4096w8_s2": {"BWD_STAGES": 2, **_table(r4096=(1, 8, 8))},
-    "bwd4096w32_s2": {"BWD_STAGES": 2, **_table(r4096=(1, 8, 32))},
-    "bwd8192w16_s2": {"BWD_STAGES": 2, **_table(r8192=(1, 16, 16))},
-    "fwd8192w8": _table(r8192=(1, 8, 32)),
-    "fwd8192w32": _table(r8192=(1, 32, 32)),
-    # Looped rows: pipelining depth of every chunk and tile loop, with the forward's chunking.
+    "bwd_s4_pps2": {"BWD_STAGES": 4, "PROGRAMS_PER_SM": 2},
+    "bwd4096w8": _table(r4096=(1, 8, 8)),
+    "bwd8192w16": _table(r8192=(1, 16, 16)),
+    "bwd8192w16_s4": {"BWD_STAGES": 4, **_table(r8192=(1, 16, 16))},
+    # Looped rows: whole-row forward up to wider rows; pipelining depth; chunking of each kernel.
+    "fwd_whole16384": {"FWD_ROW_LIMIT": 16384},
+    "fwd_whole32768": {"FWD_ROW_LIMIT": 32768},
+    "fwd_whole65536": {"FWD_ROW_LIMIT": 65536},
     "loop_s2": {"LOOP_STAGES": 2},
-    "loop_s3": {"LOOP_STAGES": 3},
-    "loop_s2_8192w16pps2": {"LOOP_STAGES": 2, **_loop(8192, 16, 2)},
-    "loop_s2_8192w16pps1": {"LOOP_STAGES": 2, **_loop(8192, 16, 1)},
-    "loop_s2_4096w8pps4": {"LOOP_STAGES": 2, **_loop(4096, 8, 4)},
-    "loop_s3_4096w8pps2": {"LOOP_STAGES": 3, **_loop(4096, 8, 2)},
-    "loop_s2_seg4096m1w16": {"LOOP_STAGES": 2, "SEG_BLOCK_N": 4096, "SEG_BLOCK_M": 1, "SEG_WARPS": 16},
-    "loop_s2_segpps4": {"LOOP_STAGES": 2, "SEG_PROGRAMS_PER_SM": 4},
+    "loop_s4": {"LOOP_STAGES": 4},
+    "loop_8192w16pps1": _loop(8192, 16, 1),
+    "loop_4096w8pps2": _loop(4096, 8, 2),
+    "loop_16384w32pps1": _loop(16384, 32, 1),
+    "stats4096w8": {"STATS_BLOCK_N": 4096, "STATS_WARPS": 8},
+    "stats16384w32": {"STATS_BLOCK_N": 16384, "STATS_WARPS": 32},
+    "seg4096m1w16": {"SEG_BLOCK_N": 4096, "SEG_BLOCK_M": 1, "SEG_WARPS": 16},
+    "seg1024m4": {"SEG_BLOCK_N": 1024, "SEG_BLOCK_M": 4, "SEG_WARPS": 8},
+    "segpps1": {"SEG_PROGRAMS_PER_SM": 1},
+    "segpps4": {"SEG_PROGRAMS_PER_SM": 4},
 }
-_WHOLE = ("base", "fwd_pps1_s3", "fwd_pps2_s2", "fwd_pps2_s3", "fwd_pps4_s2", "fwd_pps8_s2",
-          "bwd_s2", "bwd_s3", "bwd_s2_pps2", "bwd_s3_pps2")
-_LOOPED = ("base", "loop_s2", "loop_s3", "loop_s2_8192w16pps2", "loop_s2_8192w16pps1", "loop_s2_4096w8pps4",
-           "loop_s3_4096w8pps2", "loop_s2_seg4096m1w16", "loop_s2_segpps4")
+_WHOLE = ("base", "base_again", "fwd_pps2_s3", "fwd_pps4_s3", "fwd_pps2_s4", "bwd_s2", "bwd_s4", "bwd_s3_pps2", "bwd_s4_pps2")
+_LOOPED = ("base", "base_again", "fwd_whole16384", "fwd_whole32768", "fwd_whole65536", "loop_s2", "loop_s4",
+           "loop_8192w16pps1", "loop_4096w8pps2", "loop_16384w32pps1", "stats4096w8", "stats16384w32",
+           "seg4096m1w16", "seg1024m4", "segpps1", "segpps4")
 SWEEP_SHAPES: dict[tuple[int, int, str], tuple[str, ...]] = {
     (128, 257, "float32"): ("base", "single_off"),
-    (4096, 4096, "bfloat16"): _WHOLE + ("bwd4096w8_s2", "bwd4096w32_s2"),
-    (32768, 4096, "float32"): _WHOLE + ("bwd4096w8_s2", "bwd4096w32_s2"),
-    (16384, 8192, "bfloat16"): _WHOLE + ("bwd8192w16_s2", "fwd8192w8", "fwd8192w32"),
-    (8192, 4097, "float16"): _WHOLE + ("bwd8192w16_s2", "fwd8192w8", "fwd8192w32"),
+    (4096, 4096, "bfloat16"): _WHOLE + ("fwd4096w4", "fwd4096w16", "bwd4096w8"),
+    (32768, 4096, "float32"): _WHOLE + ("fwd4096w4", "fwd4096w16", "bwd4096w8"),
+    (16384, 8192, "bfloat16"): _WHOLE + ("fwd8192w8", "fwd8192w8_pps2_s3", "bwd8192w16", "bwd8192w16_s4"),
+    (8192, 4097, "float16"): _WHOLE + ("fwd8192w8", "fwd8192w8_pps2_s3", "bwd8192w16", "bwd8192w16_s4"),
     (4096, 32768, "bfloat16"): _LOOPED,
     (2048, 65536, "bfloat16"): _LOOPED,
 }
@@ -627,6 +634,7 @@ def host_breakdown(device: str = "cuda", m: int = 128, n: int = 257, calls: int 
     p = kernels.plan(m, n, kernels.sm_count(x.device))
     y = torch.empty_like(x)
     fwd_args = (x, gamma, y, m, n, n, n, EPS)
+    fwd_key = (x.get_device(), x.dtype, gamma.dtype, m, n, n, *kernels._address_key(x, gamma, y))
     fwd_meta = (("BLOCK_M", p.fwd_block_m), ("BLOCK_N", p.block_n), ("STAGES", p.fwd_stages))
 
     class Identity(torch.autograd.Function):
@@ -641,7 +649,8 @@ def host_breakdown(device: str = "cuda", m: int = 128, n: int = 257, calls: int 
     pieces: dict[str, Callable[[], object]] = {
         "triton JIT launch (fwd kernel)": lambda: kernels._rmsnorm_fwd_kernel[(p.fwd_programs,)](
             *fwd_args, **dict(fwd_meta), num_warps=p.fwd_warps),
-        "kernels._launch (fwd kernel)": lambda: kernels._launch(kernels._rmsnorm_fwd_kernel, (p.fwd_programs,), fwd_args, fwd_meta, p.fwd_warps),
+        "kernels._launch (fwd kernel)": lambda: kernels._launch(kernels._rmsnorm_fwd_kernel, (p.fwd_programs,), fwd_args, fwd_meta,
+                                                               p.fwd_warps, fwd_key),
         "contract.check_forward": lambda: check_forward(x, gamma, EPS),
         "torch.empty": lambda: torch.empty(x.shape, dtype=x.dtype, device=x.device),
         "kernels.rmsnorm_forward": lambda: kernels.rmsnorm_forward(x, gamma, EPS),

@@ -63,7 +63,6 @@ def _rmsnorm_fwd_kernel(
     # this one is computed.
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
     for tile in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64: rows * stride may pass 2**31
         mask = (rows < M)[:, None] & col_mask[None, :]
@@ -72,6 +71,9 @@ def _rmsnorm_fwd_kernel(
         x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         mean_sq = tl.sum(x * x, axis=1) / N  # N, not BLOCK_N: masked lanes are padding, not data
         r = 1.0 / tl.sqrt(mean_sq + eps)
+        # gamma only now, after the reduction: x and gamma are never both held whole, which keeps a
+        # 32768-lane row within a multiprocessor's registers (it comes from L2 after the first tile).
+        gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
         y = x * r[:, None] * gamma[None, :]
         tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
@@ -224,30 +226,35 @@ def _dgamma_column_sum_kernel(PARTIAL, DGAMMA, P, N, BLOCK_P: tl.constexpr, BLOC
 # Launch plans: block shapes, warps and the number of persistent programs, by size
 # --------------------------------------------------------------------------------------------------
 
-#: Widest row (BLOCK_N) held whole in registers. The backward keeps x, dy, gamma and a float32 dgamma
-#: accumulator of that width per program; at 8192 lanes that is already a quarter of a multiprocessor's
-#: register file, so wider rows take the looped kernels.
+#: Widest row (BLOCK_N) the backward holds whole in registers: x, dy and a float64 dgamma accumulator
+#: of that width per program; at 8192 lanes that fills a multiprocessor's register file, so wider rows
+#: take the looped backward.
 ROW_LIMIT = 8192
+#: Widest row the forward holds whole. It keeps only x (gamma is loaded after the reduction), so 32768
+#: lanes fit at 32 warps without spilling (sm_90: 64 registers a thread); wider rows are looped.
+FWD_ROW_LIMIT = 8192
 
-#: Whole rows, by BLOCK_N: (rows per program, forward warps, backward warps). Rows shorter than 2048
-#: lanes are grouped so that a program moves about 2048 elements. Forward warps give about 16 elements
-#: per thread (four 16-byte float32 vectors). The backward holds more per element (x, dy, the float64
-#: dgamma sum), so it gets more warps: at 4096 lanes 16 warps need 69-76 registers a thread where 8
-#: need 145, at 8192 lanes 32 warps need 64 where 16 spill (sm_90, Triton 3.9; docs/performance-notes.md).
+#: Whole rows, by BLOCK_N: (rows per tile, forward warps, backward warps; 0 where the backward is
+#: looped). Rows shorter than 2048 lanes are grouped so that a tile moves about 2048 elements. Forward
+#: warps give about 16 elements per thread (four 16-byte float32 vectors). The backward holds more per
+#: element (x, dy, the float64 dgamma sum), so it gets more warps: at 4096 lanes 16 warps need 69-76
+#: registers a thread where 8 need 145, at 8192 lanes 32 warps need 64 where 16 spill (sm_90, Triton
+#: 3.9; docs/performance-notes.md).
 WHOLE_ROW_TABLE: dict[int, tuple[int, int, int]] = {
     1: (16, 1, 1), 2: (16, 1, 1), 4: (16, 1, 1), 8: (16, 1, 1), 16: (16, 1, 1), 32: (16, 1, 1),
     64: (16, 2, 2), 128: (16, 4, 4), 256: (8, 4, 4), 512: (4, 4, 4), 1024: (2, 4, 4), 2048: (1, 4, 8),
-    4096: (1, 8, 16), 8192: (1, 16, 32),
+    4096: (1, 8, 16), 8192: (1, 16, 32), 16384: (1, 32, 0), 32768: (1, 32, 0), 65536: (1, 32, 0),
 }
 #: Whole-row forward programs per multiprocessor when it runs persistent (0: one program per row tile,
-#: the grid covering every tile).
+#: the grid covering every tile). Only up to ROW_LIMIT lanes.
 FWD_PROGRAMS_PER_SM = 0
 #: Pipelining depth of the row-tile and column-chunk loops (``tl.range(num_stages=...)``): with 2 or more,
 #: Triton copies the next tile into shared memory with cp.async while the current one is computed, so a
-#: multiprocessor keeps more bytes in flight than its registers hold. 1: no pipelining.
+#: multiprocessor keeps more bytes in flight than its registers hold. 1: no pipelining. The whole-row
+#: forward pipelines only up to ROW_LIMIT lanes: wider stages would not fit in shared memory.
 FWD_STAGES = 1
-BWD_STAGES = 1
-LOOP_STAGES = 1
+BWD_STAGES = 3
+LOOP_STAGES = 3
 #: Persistent whole-row backward programs per multiprocessor: the number of float64 dgamma partial rows
 #: is this times the multiprocessor count. One, because the 4096- and 8192-lane backward programs fill a
 #: multiprocessor's registers alone (16384 x 8192 bfloat16 on an H200: one 2.63 TB/s, two 2.27).
@@ -301,7 +308,8 @@ def block_size(n: int) -> int:
 class Plan:
     """How one (rows, N) problem is launched; the same plan for every call of that shape on one GPU."""
 
-    looped: bool
+    #: The forward walks rows in column chunks (N wider than FWD_ROW_LIMIT) instead of holding them whole.
+    fwd_looped: bool
     #: Lanes per row (whole rows) or per chunk (looped) of the forward.
     block_n: int
     fwd_block_m: int
@@ -309,11 +317,13 @@ class Plan:
     #: Forward grid: one program per row tile, or fewer persistent ones that loop over the tiles.
     fwd_programs: int
     fwd_stages: int
+    #: The backward is the two-step looped one (N wider than ROW_LIMIT).
+    bwd_looped: bool
     #: Tile of the backward's dx/dgamma kernel: BLOCK_M rows by BLOCK_N columns (a segment when looped).
     bwd_block_m: int
     bwd_block_n: int
     bwd_warps: int
-    #: Persistent backward programs along the rows = rows of the float32 dgamma scratch (0: none, the
+    #: Persistent backward programs along the rows = rows of the float64 dgamma scratch (0: none, the
     #: single program writes dgamma directly).
     partial_rows: int
     #: Backward grid: (programs along rows, column segments).
@@ -321,30 +331,42 @@ class Plan:
     bwd_stages: int
 
 
+def _forward_plan(rows: int, n: int, sms: int) -> dict:
+    block_n = block_size(n)
+    if block_n <= FWD_ROW_LIMIT:
+        block_m, warps, _ = WHOLE_ROW_TABLE[block_n]
+        tiles = triton.cdiv(rows, block_m)
+        pipelined = block_n <= ROW_LIMIT
+        programs = min(tiles, FWD_PROGRAMS_PER_SM * sms) if FWD_PROGRAMS_PER_SM > 0 and pipelined else tiles
+        return dict(fwd_looped=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps, fwd_programs=programs,
+                    fwd_stages=FWD_STAGES if pipelined else 1)
+    chunk, warps, programs_per_sm = LOOP_TABLE[min(max(block_n, min(LOOP_TABLE)), max(LOOP_TABLE))]
+    return dict(fwd_looped=True, block_n=chunk, fwd_block_m=1, fwd_warps=warps, fwd_programs=min(rows, programs_per_sm * sms),
+                fwd_stages=LOOP_STAGES)
+
+
+def _backward_plan(rows: int, n: int, sms: int) -> dict:
+    block_n = block_size(n)
+    if block_n <= ROW_LIMIT:
+        block_m, _, warps = WHOLE_ROW_TABLE[block_n]
+        if rows * block_n <= SINGLE_PROGRAM_MAX_ELEMENTS:
+            block_m = min(triton.next_power_of_2(rows), max(1, 8192 // block_n))
+            return dict(bwd_looped=False, bwd_block_m=block_m, bwd_block_n=block_n,
+                        bwd_warps=max(1, min(16, block_m * block_n // 512)), partial_rows=0, bwd_grid=(1, 1),
+                        bwd_stages=BWD_STAGES)
+        programs = min(triton.cdiv(rows, block_m), PROGRAMS_PER_SM * sms)
+        return dict(bwd_looped=False, bwd_block_m=block_m, bwd_block_n=block_n, bwd_warps=warps, partial_rows=programs,
+                    bwd_grid=(programs, 1), bwd_stages=BWD_STAGES)
+    segments = triton.cdiv(n, SEG_BLOCK_N)
+    programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), SEG_PROGRAMS_PER_SM * sms // segments))
+    return dict(bwd_looped=True, bwd_block_m=SEG_BLOCK_M, bwd_block_n=SEG_BLOCK_N, bwd_warps=SEG_WARPS,
+                partial_rows=programs, bwd_grid=(programs, segments), bwd_stages=LOOP_STAGES)
+
+
 @functools.lru_cache(maxsize=4096)
 def plan(rows: int, n: int, sms: int) -> Plan:
     """The launch plan for ``rows`` rows of ``n`` elements on a GPU with ``sms`` multiprocessors."""
-    block_n = block_size(n)
-    if block_n <= ROW_LIMIT:
-        block_m, fwd_warps, bwd_warps = WHOLE_ROW_TABLE[block_n]
-        tiles = triton.cdiv(rows, block_m)
-        fwd_programs = min(tiles, FWD_PROGRAMS_PER_SM * sms) if FWD_PROGRAMS_PER_SM > 0 else tiles
-        fwd = dict(looped=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=fwd_warps, fwd_programs=fwd_programs,
-                   fwd_stages=FWD_STAGES)
-        if rows * block_n <= SINGLE_PROGRAM_MAX_ELEMENTS:
-            bwd_block_m = min(triton.next_power_of_2(rows), max(1, 8192 // block_n))
-            bwd_warps = max(1, min(16, bwd_block_m * block_n // 512))
-            return Plan(**fwd, bwd_block_m=bwd_block_m, bwd_block_n=block_n, bwd_warps=bwd_warps, partial_rows=0,
-                        bwd_grid=(1, 1), bwd_stages=BWD_STAGES)
-        programs = min(tiles, PROGRAMS_PER_SM * sms)
-        return Plan(**fwd, bwd_block_m=block_m, bwd_block_n=block_n, bwd_warps=bwd_warps, partial_rows=programs,
-                    bwd_grid=(programs, 1), bwd_stages=BWD_STAGES)
-    chunk, loop_warps, loop_programs_per_sm = LOOP_TABLE[min(max(block_n, min(LOOP_TABLE)), max(LOOP_TABLE))]
-    segments = triton.cdiv(n, SEG_BLOCK_N)
-    programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), SEG_PROGRAMS_PER_SM * sms // segments))
-    return Plan(looped=True, block_n=chunk, fwd_block_m=1, fwd_warps=loop_warps, fwd_programs=min(rows, loop_programs_per_sm * sms),
-                fwd_stages=LOOP_STAGES, bwd_block_m=SEG_BLOCK_M, bwd_block_n=SEG_BLOCK_N, bwd_warps=SEG_WARPS,
-                partial_rows=programs, bwd_grid=(programs, segments), bwd_stages=LOOP_STAGES)
+    return Plan(**_forward_plan(rows, n, sms), **_backward_plan(rows, n, sms))
 
 
 def dgamma_scratch_rows(rows: int, n: int, device: torch.device) -> int:
@@ -373,45 +395,44 @@ def max_dgamma_scratch_rows(n: int, device: torch.device) -> int:
 FAST_LAUNCH = os.environ.get("RMSNORM_KERNEL_FAST_LAUNCH", "1") != "0" and _knobs is not None
 
 
-def _arg_key(a) -> object:
-    """What Triton specializes a kernel on, per argument (or finer): a compiled kernel is reused only for
-    arguments that would have given the same specialization."""
-    if isinstance(a, torch.Tensor):
-        return (a.dtype, a.data_ptr() % 16 == 0)  # element type; 16-byte alignment
-    if type(a) is int:
-        return (a == 1, a % 16 == 0, -(2**31) <= a < 2**31)  # value 1; divisibility by 16; int32 or int64
-    if type(a) is float:
-        return float
-    return (type(a), a)
-
-
-def _launch(kernel, grid: tuple, args: tuple, constexprs: tuple, num_warps: int) -> None:
+def _launch(kernel, grid: tuple, args: tuple, constexprs: tuple, num_warps: int, key: tuple) -> None:
     """``kernel[grid](*args, **dict(constexprs), num_warps=num_warps)``, the constexprs last in the
-    kernel's signature, in order."""
+    kernel's signature, in order.
+
+    ``key`` stands for the arguments' part of Triton's specialization, which the caller builds from what
+    it already has in hand: the device index, the tensors' dtypes and addresses modulo 16 (Triton
+    specializes pointers on 16-byte alignment), and the integer arguments' values (finer than Triton's
+    own "equal to 1, divisible by 16, fits in int32", so never coarser). A compiled kernel is reused only
+    for the same key, constexprs and warps.
+    """
     global FAST_LAUNCH
     if not (FAST_LAUNCH and _ON_GPU):
         kernel[grid](*args, **dict(constexprs), num_warps=num_warps)
         return
-    device = _driver.active.get_current_device()
-    cache = getattr(kernel, "_rmsnorm_compiled", None)  # kept on the kernel object: no hashing of it per call
+    cache = kernel.__dict__.get("_rmsnorm_compiled")  # kept on the kernel object: no hashing of it per call
     if cache is None:
-        cache = {}
-        kernel._rmsnorm_compiled = cache
-    key = (device, num_warps, constexprs, tuple(_arg_key(a) for a in args))
-    compiled = cache.get(key)
+        cache = kernel.__dict__["_rmsnorm_compiled"] = {}
+    full_key = (key, constexprs, num_warps)
+    compiled = cache.get(full_key)
     if compiled is not None:
         try:
-            stream = _driver.active.get_current_stream(device)
+            stream = _driver.active.get_current_stream(key[0])
             full = (*args, *(v for _, v in constexprs))
-            metadata = compiled.launch_metadata(grid, stream, *full)
+            enter_hook = _knobs.runtime.launch_enter_hook
+            # Triton's launch_metadata returns None unless a launch hook (a profiler) is installed.
+            metadata = compiled.launch_metadata(grid, stream, *full) if enter_hook is not None else None
             compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, 1, stream, compiled.function, compiled.packed_metadata,
-                         metadata, _knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook, *full)
+                         metadata, enter_hook, _knobs.runtime.launch_exit_hook, *full)
             return
         except Exception:  # this Triton's compiled-kernel interface differs: its own launcher from now on
             FAST_LAUNCH = False
     compiled = kernel[grid](*args, **dict(constexprs), num_warps=num_warps)
     if all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata", "launch_metadata")):
-        cache[key] = compiled
+        cache[full_key] = compiled
+
+
+def _address_key(*tensors: torch.Tensor) -> tuple:
+    return tuple(t.data_ptr() % 16 for t in tensors)
 
 
 _ON_GPU = backend() == CUDA
@@ -438,19 +459,28 @@ def _rows_of_dy(dy: torch.Tensor, n: int) -> torch.Tensor:
         return dy.reshape(-1, n).contiguous()
 
 
+def _empty_rows_like(x: torch.Tensor) -> torch.Tensor:
+    """An uninitialised contiguous tensor of x's shape and dtype (``empty_like`` is the cheaper call)."""
+    if x.is_contiguous():
+        return torch.empty_like(x)
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
 def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, p: Plan | None = None) -> torch.Tensor:
     """y = rmsnorm(x) * gamma in x's dtype, contiguous, for x of shape (..., N) with rows at one stride."""
     n = x.shape[-1]
     x2 = _rows(x, n)
     rows = x2.shape[0]
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = _empty_rows_like(x)
     p = p or plan(rows, n, sm_count(x.device))
-    if p.looped:
-        _launch(_rmsnorm_fwd_looped_kernel, (p.fwd_programs,), (x2, gamma, y, rows, n, x2.stride(0), n, eps),
-                (("BLOCK_N", p.block_n), ("STAGES", p.fwd_stages)), p.fwd_warps)
+    stride = x2.stride(0)
+    key = (x.get_device(), x.dtype, gamma.dtype, rows, n, stride, *_address_key(x2, gamma, y))
+    if p.fwd_looped:
+        _launch(_rmsnorm_fwd_looped_kernel, (p.fwd_programs,), (x2, gamma, y, rows, n, stride, n, eps),
+                (("BLOCK_N", p.block_n), ("STAGES", p.fwd_stages)), p.fwd_warps, key)
     else:
-        _launch(_rmsnorm_fwd_kernel, (p.fwd_programs,), (x2, gamma, y, rows, n, x2.stride(0), n, eps),
-                (("BLOCK_M", p.fwd_block_m), ("BLOCK_N", p.block_n), ("STAGES", p.fwd_stages)), p.fwd_warps)
+        _launch(_rmsnorm_fwd_kernel, (p.fwd_programs,), (x2, gamma, y, rows, n, stride, n, eps),
+                (("BLOCK_M", p.fwd_block_m), ("BLOCK_N", p.block_n), ("STAGES", p.fwd_stages)), p.fwd_warps, key)
     return y
 
 
@@ -462,25 +492,31 @@ def rmsnorm_backward(
     x2 = _rows(x, n)
     dy2 = _rows_of_dy(dy, n)
     rows = x2.shape[0]
-    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    dx = _empty_rows_like(x)
     dgamma = torch.empty_like(gamma)
     p = p or plan(rows, n, sm_count(x.device))
-    if p.looped:
+    sdy, sx = dy2.stride(0), x2.stride(0)
+    if p.bwd_looped:
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
         coef = torch.empty(rows, dtype=torch.float32, device=x.device)
-        _launch(_rmsnorm_bwd_row_stats_kernel, (rows,), (dy2, x2, gamma, rstd, coef, n, dy2.stride(0), x2.stride(0), eps),
-                (("BLOCK_N", STATS_BLOCK_N), ("STAGES", p.bwd_stages)), STATS_WARPS)
         partial = torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
+        key = (x.get_device(), dy2.dtype, x.dtype, gamma.dtype, rows, n, sdy, sx,
+               *_address_key(dy2, x2, gamma, dx, partial, rstd, coef))
+        _launch(_rmsnorm_bwd_row_stats_kernel, (rows,), (dy2, x2, gamma, rstd, coef, n, sdy, sx, eps),
+                (("BLOCK_N", STATS_BLOCK_N), ("STAGES", p.bwd_stages)), STATS_WARPS, key)
         _launch(_rmsnorm_bwd_looped_kernel, p.bwd_grid,
-                (dy2, x2, gamma, dx, partial, rstd, coef, rows, n, dy2.stride(0), x2.stride(0), n),
-                (("BLOCK_M", p.bwd_block_m), ("BLOCK_N", p.bwd_block_n), ("STAGES", p.bwd_stages)), p.bwd_warps)
+                (dy2, x2, gamma, dx, partial, rstd, coef, rows, n, sdy, sx, n),
+                (("BLOCK_M", p.bwd_block_m), ("BLOCK_N", p.bwd_block_n), ("STAGES", p.bwd_stages)), p.bwd_warps, key)
     else:
         final = p.partial_rows == 0
         partial = dgamma if final else torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
-        _launch(_rmsnorm_bwd_kernel, p.bwd_grid[:1], (dy2, x2, gamma, dx, partial, rows, n, dy2.stride(0), x2.stride(0), n, eps),
-                (("BLOCK_M", p.bwd_block_m), ("BLOCK_N", p.bwd_block_n), ("FINAL", final), ("STAGES", p.bwd_stages)), p.bwd_warps)
-        if p.partial_rows == 0:
+        key = (x.get_device(), dy2.dtype, x.dtype, gamma.dtype, rows, n, sdy, sx, *_address_key(dy2, x2, gamma, dx, partial))
+        _launch(_rmsnorm_bwd_kernel, p.bwd_grid[:1], (dy2, x2, gamma, dx, partial, rows, n, sdy, sx, n, eps),
+                (("BLOCK_M", p.bwd_block_m), ("BLOCK_N", p.bwd_block_n), ("FINAL", final), ("STAGES", p.bwd_stages)),
+                p.bwd_warps, key)
+        if final:
             return dx, dgamma
     _launch(_dgamma_column_sum_kernel, (triton.cdiv(n, SUM_BLOCK_N),), (partial, dgamma, p.partial_rows, n),
-            (("BLOCK_P", SUM_BLOCK_P), ("BLOCK_N", SUM_BLOCK_N)), 4)
+            (("BLOCK_P", SUM_BLOCK_P), ("BLOCK_N", SUM_BLOCK_N)), 4,
+            (x.get_device(), gamma.dtype, p.partial_rows, n, *_address_key(partial, dgamma)))
     return dx, dgamma
