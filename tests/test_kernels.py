@@ -94,19 +94,18 @@ def test_long_rows_match_oracle_forward_dx_and_dgamma(shape, dtype, device):
         assert c.ok, f"{name}: max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} over {c.tolerance}"
 
 
-@pytest.mark.parametrize("fwd_row_limit", [8192, 16384, 65536], ids=lambda v: f"FWD_ROW_LIMIT={v}")
 @pytest.mark.parametrize("persistent", [0, 2], ids=lambda v: f"forward programs per SM {v}")
-def test_forward_matches_oracle_whole_looped_and_persistent(fwd_row_limit, persistent, device, monkeypatch):
-    """Every forward plan the launch table can choose: whole rows up to FWD_ROW_LIMIT lanes, looped
-    beyond, one program per tile or fewer persistent ones."""
-    monkeypatch.setattr(kernels, "FWD_ROW_LIMIT", fwd_row_limit)
+def test_forward_matches_oracle_with_one_program_per_tile_or_persistent(persistent, device, monkeypatch):
+    """Both forward grids the launch table can choose, for aligned rows and for rows that start off a
+    16-byte boundary (N = 4097 in float16)."""
     monkeypatch.setattr(kernels, "FWD_PROGRAMS_PER_SM", persistent)
+    monkeypatch.setattr(kernels, "UNALIGNED_FWD_PROGRAMS_PER_SM", persistent)
     kernels.plan.cache_clear()
     try:
-        for shape in [(7, 257), (5, 9000), (3, 40000)]:
-            x, gamma, _ = make_inputs(shape, torch.float32, device)
-            p = kernels.plan(shape[0], shape[1], kernels.sm_count(x.device))
-            assert p.fwd_looped == (kernels.block_size(shape[1]) > fwd_row_limit)
+        for shape, dtype in [((40, 257), torch.float32), ((200, 64), torch.float32), ((9, 4097), torch.float16)]:
+            x, gamma, _ = make_inputs(shape, dtype, device)
+            p = kernels.plan(shape[0], shape[1], kernels.sm_count(x.device), False)
+            assert (p.fwd_programs < kernels.triton.cdiv(shape[0], p.fwd_block_m)) == (persistent > 0)  # tiles
             c = compare(kernels.rmsnorm_forward(x, gamma, 1e-6), rmsnorm_reference(x, gamma, 1e-6))
             assert c.ok, f"{shape}: max abs {c.max_abs:.3g} over {c.tolerance}"
     finally:
@@ -118,7 +117,7 @@ def test_n_65536_with_more_rows_than_programs(device):
     n = 65536
     shape = ((kernels.max_dgamma_scratch_rows(n, torch.device(device)) + 1) * kernels.SEG_BLOCK_M, n)
     p = kernels.plan(shape[0], shape[1], kernels.sm_count(torch.device(device)))
-    assert p.bwd_looped and kernels.triton.cdiv(shape[0], p.bwd_block_m) > p.bwd_grid[0]
+    assert p.looped and kernels.triton.cdiv(shape[0], p.bwd_block_m) > p.bwd_grid[0]
     x, gamma, dy = make_inputs(shape, torch.float16, device)
     (y, dx, dgamma), (y_ref, dx_ref, dgamma_ref) = triton_and_reference(x, gamma, dy)
     assert compare(y, y_ref).ok and compare(dx, dx_ref).ok and compare(dgamma, dgamma_ref).ok

@@ -535,50 +535,48 @@ SWEEP_VARIANTS: dict[str, dict] = {
     "base": {},
     "base_again": {},  # the same plan timed again: the run-to-run noise of the sweep
     "single_off": {"SINGLE_PROGRAM_MAX_ELEMENTS": 0},
-    # Whole rows, forward: warps, persistent programs and pipelining depth.
+    # Whole rows, forward: warps, persistent programs and pipelining depth (aligned rows, then rows that
+    # start off a 16-byte boundary).
     "fwd4096w4": _table(r4096=(1, 4, 16)),
-    "fwd4096w16": _table(r4096=(1, 16, 16)),
-    "fwd8192w8": _table(r8192=(1, 8, 32)),
+    "fwd8192w16": _table(r8192=(1, 16, 16)),
     "fwd_pps2_s3": {"FWD_PROGRAMS_PER_SM": 2, "FWD_STAGES": 3},
-    "fwd_pps4_s3": {"FWD_PROGRAMS_PER_SM": 4, "FWD_STAGES": 3},
-    "fwd_pps2_s4": {"FWD_PROGRAMS_PER_SM": 2, "FWD_STAGES": 4},
-    "fwd8192w8_pps2_s3": {"FWD_PROGRAMS_PER_SM": 2, "FWD_STAGES": 3, **_table(r8192=(1, 8, 32))},
+    "unaligned_one_per_tile": {"UNALIGNED_FWD_PROGRAMS_PER_SM": 0, "UNALIGNED_FWD_STAGES": 1},
+    "unaligned_pps1_s3": {"UNALIGNED_FWD_PROGRAMS_PER_SM": 1, "UNALIGNED_FWD_STAGES": 3},
+    "unaligned_pps2_s3": {"UNALIGNED_FWD_PROGRAMS_PER_SM": 2, "UNALIGNED_FWD_STAGES": 3},
+    "unaligned_pps4_s2": {"UNALIGNED_FWD_PROGRAMS_PER_SM": 4, "UNALIGNED_FWD_STAGES": 2},
     # Whole rows, backward: pipelining depth, programs per multiprocessor, warps.
+    "bwd_s1": {"BWD_STAGES": 1},
     "bwd_s2": {"BWD_STAGES": 2},
     "bwd_s4": {"BWD_STAGES": 4},
     "bwd_s3_pps2": {"BWD_STAGES": 3, "PROGRAMS_PER_SM": 2},
-    "bwd_s4_pps2": {"BWD_STAGES": 4, "PROGRAMS_PER_SM": 2},
     "bwd4096w8": _table(r4096=(1, 8, 8)),
-    "bwd8192w16": _table(r8192=(1, 16, 16)),
-    "bwd8192w16_s4": {"BWD_STAGES": 4, **_table(r8192=(1, 16, 16))},
-    # Looped rows: whole-row forward up to wider rows; pipelining depth; chunking of each kernel.
-    "fwd_whole16384": {"FWD_ROW_LIMIT": 16384},
-    "fwd_whole32768": {"FWD_ROW_LIMIT": 32768},
-    "fwd_whole65536": {"FWD_ROW_LIMIT": 65536},
+    "bwd4096w32": _table(r4096=(1, 8, 32)),
+    "bwd8192w32": _table(r8192=(1, 8, 32)),
+    # Looped rows: pipelining depth; chunking of each kernel.
+    "loop_s1": {"LOOP_STAGES": 1},
     "loop_s2": {"LOOP_STAGES": 2},
     "loop_s4": {"LOOP_STAGES": 4},
     "loop_8192w16pps1": _loop(8192, 16, 1),
     "loop_4096w8pps2": _loop(4096, 8, 2),
     "loop_16384w32pps1": _loop(16384, 32, 1),
     "stats4096w8": {"STATS_BLOCK_N": 4096, "STATS_WARPS": 8},
-    "stats16384w32": {"STATS_BLOCK_N": 16384, "STATS_WARPS": 32},
     "seg4096m1w16": {"SEG_BLOCK_N": 4096, "SEG_BLOCK_M": 1, "SEG_WARPS": 16},
-    "seg1024m4": {"SEG_BLOCK_N": 1024, "SEG_BLOCK_M": 4, "SEG_WARPS": 8},
     "segpps1": {"SEG_PROGRAMS_PER_SM": 1},
     "segpps4": {"SEG_PROGRAMS_PER_SM": 4},
 }
-_WHOLE = ("base", "base_again", "fwd_pps2_s3", "fwd_pps4_s3", "fwd_pps2_s4", "bwd_s2", "bwd_s4", "bwd_s3_pps2", "bwd_s4_pps2")
-_LOOPED = ("base", "base_again", "fwd_whole16384", "fwd_whole32768", "fwd_whole65536", "loop_s2", "loop_s4",
-           "loop_8192w16pps1", "loop_4096w8pps2", "loop_16384w32pps1", "stats4096w8", "stats16384w32",
-           "seg4096m1w16", "seg1024m4", "segpps1", "segpps4")
 SWEEP_SHAPES: dict[tuple[int, int, str], tuple[str, ...]] = {
-    (128, 257, "float32"): ("base", "single_off"),
-    (4096, 4096, "bfloat16"): _WHOLE + ("fwd4096w4", "fwd4096w16", "bwd4096w8"),
-    (32768, 4096, "float32"): _WHOLE + ("fwd4096w4", "fwd4096w16", "bwd4096w8"),
-    (16384, 8192, "bfloat16"): _WHOLE + ("fwd8192w8", "fwd8192w8_pps2_s3", "bwd8192w16", "bwd8192w16_s4"),
-    (8192, 4097, "float16"): _WHOLE + ("fwd8192w8", "fwd8192w8_pps2_s3", "bwd8192w16", "bwd8192w16_s4"),
-    (4096, 32768, "bfloat16"): _LOOPED,
-    (2048, 65536, "bfloat16"): _LOOPED,
+    (128, 257, "float32"): ("base", "single_off", "unaligned_one_per_tile"),
+    (4096, 4096, "bfloat16"): ("base", "base_again", "bwd_s1"),
+    (32768, 4096, "float32"): ("base", "base_again", "fwd4096w4", "fwd_pps2_s3", "bwd_s1", "bwd_s2", "bwd_s4", "bwd_s3_pps2",
+                               "bwd4096w8", "bwd4096w32"),
+    (16384, 8192, "bfloat16"): ("base", "base_again", "fwd8192w16", "fwd_pps2_s3", "bwd_s1", "bwd_s2", "bwd_s4", "bwd_s3_pps2",
+                                "bwd8192w32"),
+    (8192, 4097, "float16"): ("base", "base_again", "unaligned_one_per_tile", "unaligned_pps1_s3", "unaligned_pps2_s3",
+                              "unaligned_pps4_s2", "fwd8192w16", "bwd_s1", "bwd_s3_pps2", "bwd8192w32"),
+    (4096, 32768, "bfloat16"): ("base", "base_again", "loop_s1", "loop_s2", "loop_s4", "loop_8192w16pps1", "loop_4096w8pps2",
+                                "loop_16384w32pps1", "stats4096w8", "seg4096m1w16", "segpps1", "segpps4"),
+    (2048, 65536, "bfloat16"): ("base", "base_again", "loop_s1", "loop_s2", "loop_s4", "loop_8192w16pps1", "loop_4096w8pps2",
+                                "loop_16384w32pps1", "stats4096w8", "seg4096m1w16", "segpps1", "segpps4"),
 }
 
 
@@ -607,7 +605,7 @@ def run_sweep(device: str, timer: Timer, ceiling_bps: float | None, log=print) -
         expected = oracle(x, gamma, dy)
         for name in variants:
             with plan_overrides(**SWEEP_VARIANTS[name]):
-                p = kernels.plan(m, n, kernels.sm_count(x.device))
+                p = kernels.plan(m, n, kernels.sm_count(x.device), kernels.rows_aligned(x))
                 for mode in MODES:
                     r = measure_row(m, n, dtype, mode, "triton", fn, inputs, expected[: 1 if mode == FWD else 3], timer, ceiling_bps)
                     rows.append(dict(variant=name, plan=str(p), **asdict(r)))
@@ -631,7 +629,7 @@ def host_breakdown(device: str = "cuda", m: int = 128, n: int = 257, calls: int 
     """
     x, gamma, dy = make_inputs(m, n, torch.float32, device)
     xl, gl = x.clone().requires_grad_(), gamma.clone().requires_grad_()
-    p = kernels.plan(m, n, kernels.sm_count(x.device))
+    p = kernels.plan(m, n, kernels.sm_count(x.device), kernels.rows_aligned(x))
     y = torch.empty_like(x)
     fwd_args = (x, gamma, y, m, n, n, n, EPS)
     fwd_key = (x.get_device(), x.dtype, gamma.dtype, m, n, n, *kernels._address_key(x, gamma, y))

@@ -63,6 +63,7 @@ def _rmsnorm_fwd_kernel(
     # this one is computed.
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
+    gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
     for tile in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64: rows * stride may pass 2**31
         mask = (rows < M)[:, None] & col_mask[None, :]
@@ -71,9 +72,6 @@ def _rmsnorm_fwd_kernel(
         x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         mean_sq = tl.sum(x * x, axis=1) / N  # N, not BLOCK_N: masked lanes are padding, not data
         r = 1.0 / tl.sqrt(mean_sq + eps)
-        # gamma only now, after the reduction: x and gamma are never both held whole, which keeps a
-        # 32768-lane row within a multiprocessor's registers (it comes from L2 after the first tile).
-        gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
         y = x * r[:, None] * gamma[None, :]
         tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
@@ -226,32 +224,36 @@ def _dgamma_column_sum_kernel(PARTIAL, DGAMMA, P, N, BLOCK_P: tl.constexpr, BLOC
 # Launch plans: block shapes, warps and the number of persistent programs, by size
 # --------------------------------------------------------------------------------------------------
 
-#: Widest row (BLOCK_N) the backward holds whole in registers: x, dy and a float64 dgamma accumulator
-#: of that width per program; at 8192 lanes that fills a multiprocessor's register file, so wider rows
-#: take the looped backward.
+#: Widest row (BLOCK_N) held whole in registers. The backward keeps x, dy and a float64 dgamma
+#: accumulator of that width per program; at 8192 lanes that fills a multiprocessor's register file, so
+#: wider rows take the looped kernels. (A whole-row forward up to 32768 lanes, which fits, measured no
+#: faster than the looped one on an H200: 160 against 164 us at 4096 x 32768 bfloat16.)
 ROW_LIMIT = 8192
-#: Widest row the forward holds whole. It keeps only x (gamma is loaded after the reduction), so 32768
-#: lanes fit at 32 warps without spilling (sm_90: 64 registers a thread); wider rows are looped.
-FWD_ROW_LIMIT = 8192
 
-#: Whole rows, by BLOCK_N: (rows per tile, forward warps, backward warps; 0 where the backward is
-#: looped). Rows shorter than 2048 lanes are grouped so that a tile moves about 2048 elements. Forward
-#: warps give about 16 elements per thread (four 16-byte float32 vectors). The backward holds more per
-#: element (x, dy, the float64 dgamma sum), so it gets more warps: at 4096 lanes 16 warps need 69-76
-#: registers a thread where 8 need 145, at 8192 lanes 32 warps need 64 where 16 spill (sm_90, Triton
-#: 3.9; docs/performance-notes.md).
+#: Whole rows, by BLOCK_N: (rows per tile, forward warps, backward warps). Rows shorter than 2048 lanes
+#: are grouped so that a tile moves about 2048 elements. Forward warps give 16 to 32 elements per
+#: thread. The backward holds more per element (x, dy, the float64 dgamma sum, and the next tiles in
+#: shared memory), so it gets more warps. Measured on an H200 (docs/performance-notes.md, v3): at
+#: 16384 x 8192 bfloat16 the backward at 16 warps (one program of 126 registers a thread per
+#: multiprocessor) beats 32 warps (64 registers) by 15%, and the forward at 8 warps beats 16 by 2%.
 WHOLE_ROW_TABLE: dict[int, tuple[int, int, int]] = {
     1: (16, 1, 1), 2: (16, 1, 1), 4: (16, 1, 1), 8: (16, 1, 1), 16: (16, 1, 1), 32: (16, 1, 1),
     64: (16, 2, 2), 128: (16, 4, 4), 256: (8, 4, 4), 512: (4, 4, 4), 1024: (2, 4, 4), 2048: (1, 4, 8),
-    4096: (1, 8, 16), 8192: (1, 16, 32), 16384: (1, 32, 0), 32768: (1, 32, 0), 65536: (1, 32, 0),
+    4096: (1, 8, 16), 8192: (1, 8, 16),
 }
 #: Whole-row forward programs per multiprocessor when it runs persistent (0: one program per row tile,
-#: the grid covering every tile). Only up to ROW_LIMIT lanes.
+#: the grid covering every tile), for rows whose start is 16-byte aligned and for the others. Aligned
+#: rows are read in 16-byte vectors and one program per tile measured best; unaligned ones (N = 4097 in
+#: half precision) are read element by element, and persistent, pipelined programs measured 1.5 times
+#: faster (8192 x 4097 float16 on an H200: 67.5 us against 102.7).
 FWD_PROGRAMS_PER_SM = 0
+UNALIGNED_FWD_PROGRAMS_PER_SM = 2
+UNALIGNED_FWD_STAGES = 2
 #: Pipelining depth of the row-tile and column-chunk loops (``tl.range(num_stages=...)``): with 2 or more,
 #: Triton copies the next tile into shared memory with cp.async while the current one is computed, so a
-#: multiprocessor keeps more bytes in flight than its registers hold. 1: no pipelining. The whole-row
-#: forward pipelines only up to ROW_LIMIT lanes: wider stages would not fit in shared memory.
+#: multiprocessor keeps more bytes in flight than its registers hold. 1: no pipelining. Measured on an
+#: H200 (fwd+bwd): 3 stages against none, 673 against 785 us at 32768 x 4096 float32 and 433 against
+#: 566 us at 16384 x 8192 bfloat16; 2 stages were slower than none, 4 no faster than 3.
 FWD_STAGES = 1
 BWD_STAGES = 3
 LOOP_STAGES = 3
@@ -290,9 +292,11 @@ INTERPRETER_SM_COUNT = 2
 
 @functools.lru_cache(maxsize=None)
 def _sm_count(device_index: int | None) -> int:
+    """By CUDA device index (None or -1: the current device; any under the interpreter)."""
     if backend() != CUDA:
         return INTERPRETER_SM_COUNT
-    return torch.cuda.get_device_properties(device_index if device_index is not None else torch.cuda.current_device()).multi_processor_count
+    index = device_index if device_index is not None and device_index >= 0 else torch.cuda.current_device()
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def sm_count(device: torch.device) -> int:
@@ -308,8 +312,8 @@ def block_size(n: int) -> int:
 class Plan:
     """How one (rows, N) problem is launched; the same plan for every call of that shape on one GPU."""
 
-    #: The forward walks rows in column chunks (N wider than FWD_ROW_LIMIT) instead of holding them whole.
-    fwd_looped: bool
+    #: Rows wider than ROW_LIMIT: the forward walks them in column chunks, the backward takes two steps.
+    looped: bool
     #: Lanes per row (whole rows) or per chunk (looped) of the forward.
     block_n: int
     fwd_block_m: int
@@ -317,8 +321,6 @@ class Plan:
     #: Forward grid: one program per row tile, or fewer persistent ones that loop over the tiles.
     fwd_programs: int
     fwd_stages: int
-    #: The backward is the two-step looped one (N wider than ROW_LIMIT).
-    bwd_looped: bool
     #: Tile of the backward's dx/dgamma kernel: BLOCK_M rows by BLOCK_N columns (a segment when looped).
     bwd_block_m: int
     bwd_block_n: int
@@ -331,17 +333,17 @@ class Plan:
     bwd_stages: int
 
 
-def _forward_plan(rows: int, n: int, sms: int) -> dict:
+def _forward_plan(rows: int, n: int, sms: int, aligned: bool) -> dict:
     block_n = block_size(n)
-    if block_n <= FWD_ROW_LIMIT:
+    if block_n <= ROW_LIMIT:
         block_m, warps, _ = WHOLE_ROW_TABLE[block_n]
         tiles = triton.cdiv(rows, block_m)
-        pipelined = block_n <= ROW_LIMIT
-        programs = min(tiles, FWD_PROGRAMS_PER_SM * sms) if FWD_PROGRAMS_PER_SM > 0 and pipelined else tiles
-        return dict(fwd_looped=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps, fwd_programs=programs,
-                    fwd_stages=FWD_STAGES if pipelined else 1)
+        per_sm, stages = (FWD_PROGRAMS_PER_SM, FWD_STAGES) if aligned else (UNALIGNED_FWD_PROGRAMS_PER_SM, UNALIGNED_FWD_STAGES)
+        programs = min(tiles, per_sm * sms) if per_sm > 0 else tiles
+        return dict(looped=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps, fwd_programs=programs,
+                    fwd_stages=stages)
     chunk, warps, programs_per_sm = LOOP_TABLE[min(max(block_n, min(LOOP_TABLE)), max(LOOP_TABLE))]
-    return dict(fwd_looped=True, block_n=chunk, fwd_block_m=1, fwd_warps=warps, fwd_programs=min(rows, programs_per_sm * sms),
+    return dict(looped=True, block_n=chunk, fwd_block_m=1, fwd_warps=warps, fwd_programs=min(rows, programs_per_sm * sms),
                 fwd_stages=LOOP_STAGES)
 
 
@@ -351,22 +353,23 @@ def _backward_plan(rows: int, n: int, sms: int) -> dict:
         block_m, _, warps = WHOLE_ROW_TABLE[block_n]
         if rows * block_n <= SINGLE_PROGRAM_MAX_ELEMENTS:
             block_m = min(triton.next_power_of_2(rows), max(1, 8192 // block_n))
-            return dict(bwd_looped=False, bwd_block_m=block_m, bwd_block_n=block_n,
+            return dict(bwd_block_m=block_m, bwd_block_n=block_n,
                         bwd_warps=max(1, min(16, block_m * block_n // 512)), partial_rows=0, bwd_grid=(1, 1),
                         bwd_stages=BWD_STAGES)
         programs = min(triton.cdiv(rows, block_m), PROGRAMS_PER_SM * sms)
-        return dict(bwd_looped=False, bwd_block_m=block_m, bwd_block_n=block_n, bwd_warps=warps, partial_rows=programs,
+        return dict(bwd_block_m=block_m, bwd_block_n=block_n, bwd_warps=warps, partial_rows=programs,
                     bwd_grid=(programs, 1), bwd_stages=BWD_STAGES)
     segments = triton.cdiv(n, SEG_BLOCK_N)
     programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), SEG_PROGRAMS_PER_SM * sms // segments))
-    return dict(bwd_looped=True, bwd_block_m=SEG_BLOCK_M, bwd_block_n=SEG_BLOCK_N, bwd_warps=SEG_WARPS,
+    return dict(bwd_block_m=SEG_BLOCK_M, bwd_block_n=SEG_BLOCK_N, bwd_warps=SEG_WARPS,
                 partial_rows=programs, bwd_grid=(programs, segments), bwd_stages=LOOP_STAGES)
 
 
 @functools.lru_cache(maxsize=4096)
-def plan(rows: int, n: int, sms: int) -> Plan:
-    """The launch plan for ``rows`` rows of ``n`` elements on a GPU with ``sms`` multiprocessors."""
-    return Plan(**_forward_plan(rows, n, sms), **_backward_plan(rows, n, sms))
+def plan(rows: int, n: int, sms: int, aligned: bool = True) -> Plan:
+    """The launch plan for ``rows`` rows of ``n`` elements on a GPU with ``sms`` multiprocessors;
+    ``aligned``: every row of x starts on a 16-byte boundary."""
+    return Plan(**_forward_plan(rows, n, sms, aligned), **_backward_plan(rows, n, sms))
 
 
 def dgamma_scratch_rows(rows: int, n: int, device: torch.device) -> int:
@@ -459,6 +462,11 @@ def _rows_of_dy(dy: torch.Tensor, n: int) -> torch.Tensor:
         return dy.reshape(-1, n).contiguous()
 
 
+def rows_aligned(x2: torch.Tensor) -> bool:
+    """Every row of the (rows, N) view ``x2`` starts on a 16-byte boundary (so it is read in vectors)."""
+    return x2.data_ptr() % 16 == 0 and (x2.shape[0] == 1 or x2.stride(0) * x2.element_size() % 16 == 0)
+
+
 def _empty_rows_like(x: torch.Tensor) -> torch.Tensor:
     """An uninitialised contiguous tensor of x's shape and dtype (``empty_like`` is the cheaper call)."""
     if x.is_contiguous():
@@ -472,10 +480,10 @@ def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, p: Plan | 
     x2 = _rows(x, n)
     rows = x2.shape[0]
     y = _empty_rows_like(x)
-    p = p or plan(rows, n, sm_count(x.device))
     stride = x2.stride(0)
     key = (x.get_device(), x.dtype, gamma.dtype, rows, n, stride, *_address_key(x2, gamma, y))
-    if p.fwd_looped:
+    p = p or plan(rows, n, _sm_count(key[0]), rows_aligned(x2))
+    if p.looped:
         _launch(_rmsnorm_fwd_looped_kernel, (p.fwd_programs,), (x2, gamma, y, rows, n, stride, n, eps),
                 (("BLOCK_N", p.block_n), ("STAGES", p.fwd_stages)), p.fwd_warps, key)
     else:
@@ -494,9 +502,9 @@ def rmsnorm_backward(
     rows = x2.shape[0]
     dx = _empty_rows_like(x)
     dgamma = torch.empty_like(gamma)
-    p = p or plan(rows, n, sm_count(x.device))
+    p = p or plan(rows, n, _sm_count(x.get_device()))
     sdy, sx = dy2.stride(0), x2.stride(0)
-    if p.bwd_looped:
+    if p.looped:
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
         coef = torch.empty(rows, dtype=torch.float32, device=x.device)
         partial = torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
