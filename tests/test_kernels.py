@@ -112,6 +112,27 @@ def test_forward_matches_oracle_with_one_program_per_tile_or_persistent(persiste
         kernels.plan.cache_clear()
 
 
+@pytest.mark.parametrize("x_bytes, gamma_bytes", [(4, 4), (2, 4), (2, 2)], ids=["float32", "mixed", "half"])
+def test_pipeline_stages_shrink_to_fit_the_gpu_s_shared_memory(x_bytes, gamma_bytes):
+    """Triton keeps stages - 1 copies of an iteration's pipelined loads in shared memory, and a launch that
+    asks for more than the GPU has fails (float32 rows of 65536 at 3 stages of a 16384 chunk: 256 KiB on
+    an H200). The plan must never ask for more, on a GPU with much (227 KiB) or little (48 KiB)."""
+    for smem in (227 * 1024, 48 * 1024):
+        usable = smem - kernels.SMEM_RESERVE_BYTES
+        for rows, n in [(1, 65536), (4096, 32768), (4096, 8192), (16384, 4096), (8192, 4097)]:
+            for aligned in (True, False):
+                p = kernels.plan(rows, n, 132, aligned, x_bytes, gamma_bytes, smem)
+                if p.looped:
+                    fwd = p.block_n * (x_bytes + gamma_bytes)
+                    bwd = max(kernels.STATS_BLOCK_N * (2 * x_bytes + gamma_bytes), 2 * p.bwd_block_m * p.bwd_block_n * x_bytes)
+                else:
+                    fwd = p.fwd_block_m * p.block_n * x_bytes
+                    bwd = 2 * p.bwd_block_m * p.bwd_block_n * x_bytes
+                assert (p.fwd_stages - 1) * fwd <= usable and (p.bwd_stages - 1) * bwd <= usable, (rows, n, aligned, p)
+    # and with room to spare, the configured depth is kept
+    assert kernels.plan(16384, 4096, 132, True, 4, 4, 227 * 1024).bwd_stages == kernels.BWD_STAGES
+
+
 def test_n_65536_with_more_rows_than_programs(device):
     """More row tiles than persistent programs, so each program sums several rows into its partial."""
     n = 65536

@@ -605,7 +605,7 @@ def run_sweep(device: str, timer: Timer, ceiling_bps: float | None, log=print) -
         expected = oracle(x, gamma, dy)
         for name in variants:
             with plan_overrides(**SWEEP_VARIANTS[name]):
-                p = kernels.plan(m, n, kernels.sm_count(x.device), kernels.rows_aligned(x))
+                p = kernels.plan_for(x, gamma)
                 for mode in MODES:
                     r = measure_row(m, n, dtype, mode, "triton", fn, inputs, expected[: 1 if mode == FWD else 3], timer, ceiling_bps)
                     rows.append(dict(variant=name, plan=str(p), **asdict(r)))
@@ -629,7 +629,7 @@ def host_breakdown(device: str = "cuda", m: int = 128, n: int = 257, calls: int 
     """
     x, gamma, dy = make_inputs(m, n, torch.float32, device)
     xl, gl = x.clone().requires_grad_(), gamma.clone().requires_grad_()
-    p = kernels.plan(m, n, kernels.sm_count(x.device), kernels.rows_aligned(x))
+    p = kernels.plan_for(x, gamma)
     y = torch.empty_like(x)
     fwd_args = (x, gamma, y, m, n, n, n, EPS)
     fwd_key = (x.get_device(), x.dtype, gamma.dtype, m, n, n, *kernels._address_key(x, gamma, y))

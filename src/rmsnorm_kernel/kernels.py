@@ -272,9 +272,10 @@ SINGLE_PROGRAM_MAX_ELEMENTS = 65536
 
 #: Looped forward, by BLOCK_N: (column chunk, warps, persistent programs per multiprocessor). The rows
 #: being read by all programs at once must fit in L2 for the second pass, and each multiprocessor needs
-#: some 32 KiB in flight. Measured on an H200 (fwd TB/s): at N = 32768 bfloat16 (8192, 16, 2) 2.96
-#: against (16384, 32, 1) 2.45; at N = 65536 (16384, 32, 1) 2.71 against (8192, 16, 2) 2.55.
-LOOP_TABLE: dict[int, tuple[int, int, int]] = {16384: (8192, 16, 2), 32768: (8192, 16, 2), 65536: (16384, 32, 1)}
+#: some 32 KiB in flight. Measured on an H200 with 3 pipeline stages (fwd, bfloat16): at N = 32768
+#: (8192, 16, 2) 162 us against 194 for (16384, 32, 1); at N = 65536 178 against 181, and the 16384 chunk
+#: of float32 would need 256 KiB of shared memory for its stages.
+LOOP_TABLE: dict[int, tuple[int, int, int]] = {16384: (8192, 16, 2), 32768: (8192, 16, 2), 65536: (8192, 16, 2)}
 #: Looped backward, step 1 (row statistics, one program per row): chunk and warps. 16384 lanes at 32
 #: warps would spill; 8192 at 16 does not.
 STATS_BLOCK_N = 8192
@@ -292,6 +293,12 @@ SUM_BLOCK_P = 32
 SUM_BLOCK_N = 128
 #: The interpreter stands in for a GPU of this many multiprocessors (a few programs, quick on the CPU).
 INTERPRETER_SM_COUNT = 2
+#: Shared memory per program when the GPU does not report its opt-in limit (the CUDA default), and the
+#: interpreter's stand-in (an H100/H200's limit).
+DEFAULT_SMEM_BYTES = 48 * 1024
+INTERPRETER_SMEM_BYTES = 227 * 1024
+#: Shared memory left free for Triton's own reduction scratch when sizing the pipeline stages.
+SMEM_RESERVE_BYTES = 8 * 1024
 
 
 @functools.lru_cache(maxsize=None)
@@ -301,6 +308,22 @@ def _sm_count(device_index: int | None) -> int:
         return INTERPRETER_SM_COUNT
     index = device_index if device_index is not None and device_index >= 0 else torch.cuda.current_device()
     return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@functools.lru_cache(maxsize=None)
+def _smem_bytes(device_index: int | None) -> int:
+    """Shared memory one program may use on that GPU (the opt-in limit Triton launches against)."""
+    if backend() != CUDA:
+        return INTERPRETER_SMEM_BYTES
+    index = device_index if device_index is not None and device_index >= 0 else torch.cuda.current_device()
+    return getattr(torch.cuda.get_device_properties(index), "shared_memory_per_block_optin", 0) or DEFAULT_SMEM_BYTES
+
+
+def _stages(wanted: int, bytes_per_stage: int, smem_bytes: int) -> int:
+    """The deepest pipelining up to ``wanted`` whose buffers fit in shared memory. Triton keeps
+    stages - 1 copies of one iteration's pipelined loads there (measured on sm_90: the looped forward at
+    a 16384-element float32 chunk and 3 stages asks for 2 * 16384 * (4 + 4) bytes, x and gamma)."""
+    return max(1, min(wanted, 1 + (smem_bytes - SMEM_RESERVE_BYTES) // max(1, bytes_per_stage)))
 
 
 def sm_count(device: torch.device) -> int:
@@ -337,7 +360,7 @@ class Plan:
     bwd_stages: int
 
 
-def _forward_plan(rows: int, n: int, sms: int, aligned: bool) -> dict:
+def _forward_plan(rows: int, n: int, sms: int, aligned: bool, x_bytes: int, gamma_bytes: int, smem: int) -> dict:
     block_n = block_size(n)
     if block_n <= ROW_LIMIT:
         block_m, warps, _ = WHOLE_ROW_TABLE[block_n]
@@ -346,14 +369,15 @@ def _forward_plan(rows: int, n: int, sms: int, aligned: bool) -> dict:
         programs = min(tiles, per_sm * sms) if per_sm > 0 else tiles
         # Pipelining needs a second tile to fetch: with one tile per program it only adds a prologue
         # (128 x 257 float32 on an H200: 15 us of GPU time against 4).
+        stages = _stages(stages, block_m * block_n * x_bytes, smem) if programs < tiles else 1
         return dict(looped=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps, fwd_programs=programs,
-                    fwd_stages=stages if programs < tiles else 1)
+                    fwd_stages=stages)
     chunk, warps, programs_per_sm = LOOP_TABLE[min(max(block_n, min(LOOP_TABLE)), max(LOOP_TABLE))]
     return dict(looped=True, block_n=chunk, fwd_block_m=1, fwd_warps=warps, fwd_programs=min(rows, programs_per_sm * sms),
-                fwd_stages=LOOP_STAGES)
+                fwd_stages=_stages(LOOP_STAGES, chunk * (x_bytes + gamma_bytes), smem))
 
 
-def _backward_plan(rows: int, n: int, sms: int) -> dict:
+def _backward_plan(rows: int, n: int, sms: int, x_bytes: int, gamma_bytes: int, smem: int) -> dict:
     block_n = block_size(n)
     if block_n <= ROW_LIMIT:
         block_m, _, warps = WHOLE_ROW_TABLE[block_n]
@@ -361,22 +385,35 @@ def _backward_plan(rows: int, n: int, sms: int) -> dict:
             block_m = min(triton.next_power_of_2(rows), max(1, 8192 // block_n))
             return dict(bwd_block_m=block_m, bwd_block_n=block_n,
                         bwd_warps=max(1, min(16, block_m * block_n // 512)), partial_rows=0, bwd_grid=(1, 1),
-                        bwd_stages=BWD_STAGES if rows > block_m else 1)
+                        bwd_stages=_stages(BWD_STAGES, 2 * block_m * block_n * x_bytes, smem) if rows > block_m else 1)
         tiles = triton.cdiv(rows, block_m)
         programs = min(tiles, PROGRAMS_PER_SM * sms)
         return dict(bwd_block_m=block_m, bwd_block_n=block_n, bwd_warps=warps, partial_rows=programs,
-                    bwd_grid=(programs, 1), bwd_stages=BWD_STAGES if programs < tiles else 1)
+                    bwd_grid=(programs, 1),
+                    bwd_stages=_stages(BWD_STAGES, 2 * block_m * block_n * x_bytes, smem) if programs < tiles else 1)
     segments = triton.cdiv(n, SEG_BLOCK_N)
     programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), SEG_PROGRAMS_PER_SM * sms // segments))
+    # One depth for both steps, the one whose loads (row statistics: x, dy and gamma) take more room.
+    stages = _stages(LOOP_STAGES, max(STATS_BLOCK_N * (2 * x_bytes + gamma_bytes), 2 * SEG_BLOCK_M * SEG_BLOCK_N * x_bytes), smem)
     return dict(bwd_block_m=SEG_BLOCK_M, bwd_block_n=SEG_BLOCK_N, bwd_warps=SEG_WARPS,
-                partial_rows=programs, bwd_grid=(programs, segments), bwd_stages=LOOP_STAGES)
+                partial_rows=programs, bwd_grid=(programs, segments), bwd_stages=stages)
 
 
 @functools.lru_cache(maxsize=4096)
-def plan(rows: int, n: int, sms: int, aligned: bool = True) -> Plan:
-    """The launch plan for ``rows`` rows of ``n`` elements on a GPU with ``sms`` multiprocessors;
-    ``aligned``: every row of x starts on a 16-byte boundary."""
-    return Plan(**_forward_plan(rows, n, sms, aligned), **_backward_plan(rows, n, sms))
+def plan(rows: int, n: int, sms: int, aligned: bool = True, x_bytes: int = 4, gamma_bytes: int = 4,
+         smem: int = INTERPRETER_SMEM_BYTES) -> Plan:
+    """The launch plan for ``rows`` rows of ``n`` elements on a GPU with ``sms`` multiprocessors and
+    ``smem`` bytes of shared memory per program. ``aligned``: every row of x starts on a 16-byte
+    boundary; ``x_bytes``, ``gamma_bytes``: element sizes, which bound the pipeline stages."""
+    return Plan(**_forward_plan(rows, n, sms, aligned, x_bytes, gamma_bytes, smem),
+                **_backward_plan(rows, n, sms, x_bytes, gamma_bytes, smem))
+
+
+def plan_for(x2: torch.Tensor, gamma: torch.Tensor) -> Plan:
+    """The launch plan for the (rows, N) view ``x2`` and ``gamma`` on their GPU."""
+    index = x2.get_device()
+    return plan(x2.shape[0], x2.shape[1], _sm_count(index), rows_aligned(x2), x2.element_size(), gamma.element_size(),
+                _smem_bytes(index))
 
 
 def dgamma_scratch_rows(rows: int, n: int, device: torch.device) -> int:
@@ -489,7 +526,7 @@ def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, p: Plan | 
     y = _empty_rows_like(x)
     stride = x2.stride(0)
     key = (x.get_device(), x.dtype, gamma.dtype, rows, n, stride, *_address_key(x2, gamma, y))
-    p = p or plan(rows, n, _sm_count(key[0]), rows_aligned(x2))
+    p = p or plan_for(x2, gamma)
     if p.looped:
         _launch(_rmsnorm_fwd_looped_kernel, (p.fwd_programs,), (x2, gamma, y, rows, n, stride, n, eps),
                 (("BLOCK_N", p.block_n), ("STAGES", p.fwd_stages)), p.fwd_warps, key)
@@ -509,7 +546,7 @@ def rmsnorm_backward(
     rows = x2.shape[0]
     dx = _empty_rows_like(x)
     dgamma = torch.empty_like(gamma)
-    p = p or plan(rows, n, _sm_count(x.get_device()))
+    p = p or plan_for(x2, gamma)
     sdy, sx = dy2.stride(0), x2.stride(0)
     if p.looped:
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)

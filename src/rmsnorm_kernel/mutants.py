@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .kernels import plan, sm_count
+from .kernels import plan_for
 
 
 @triton.jit
@@ -64,8 +64,8 @@ def _rmsnorm_bwd_kernel_block_mean(
         tl.store(DGAMMA_OUT + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)
 
 
-def _whole_row_plan(x2: torch.Tensor, n: int):
-    p = plan(x2.shape[0], n, sm_count(x2.device))
+def _whole_row_plan(x2: torch.Tensor, gamma: torch.Tensor, n: int):
+    p = plan_for(x2, gamma)
     if p.looped:
         raise ValueError(f"mutants: N = {n} takes the looped kernels, which have no BLOCK-denominator copy")
     return p
@@ -77,7 +77,7 @@ def forward_block_mean(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torc
     x2 = x.reshape(-1, n)
     rows = x2.shape[0]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    p = _whole_row_plan(x2, n)
+    p = _whole_row_plan(x2, gamma, n)
     _rmsnorm_fwd_kernel_block_mean[(p.fwd_programs,)](
         x2, gamma, y, rows, n, x2.stride(0), n, eps, BLOCK_M=p.fwd_block_m, BLOCK_N=p.block_n, STAGES=p.fwd_stages,
         num_warps=p.fwd_warps,
@@ -92,7 +92,7 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
     dy2 = dy.contiguous().reshape(-1, n)
     rows = x2.shape[0]
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    p = _whole_row_plan(x2, n)
+    p = _whole_row_plan(x2, gamma, n)
     partial = torch.empty((max(p.partial_rows, 1), n), dtype=torch.float64, device=x.device)  # dgamma unused
     _rmsnorm_bwd_kernel_block_mean[p.bwd_grid[:1]](
         dy2, x2, gamma, dx, partial, rows, n, dy2.stride(0), x2.stride(0), n, eps,
