@@ -1,4 +1,4 @@
-"""Data parallelism through Lightning's DDP (2 CPU processes, gloo): same training as one process."""
+"""Data parallelism through Lightning's DDP (2 processes: CPU with gloo, or 2 GPUs): same training as one process."""
 
 import math
 
@@ -14,6 +14,13 @@ from .test_training import train
 
 STEPS = 40
 SCHEDULE = [f"trainer.max_steps={STEPS}", "trainer.val_check_interval=20", "checkpoint.every_n_steps=20"]
+# Two processes on the CPU where the kernels run through the interpreter; where they run on CUDA, two
+# GPUs (the Triton path accepts no CPU tensors there).
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+DDP_DEVICE = ["trainer.accelerator=gpu"] if GPUS else ["trainer.accelerator=cpu"]
+pytestmark = pytest.mark.skipif(
+    GPUS == 1, reason="DDP needs 2 processes on one kind of device: 2 GPUs here, or the CPU (no CUDA at all)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +28,7 @@ def runs(tmp_path_factory):
     """Both paths, once on 2 processes x 16 examples and once on 1 process x 32: the same global batch."""
     out = {}
     for layout, args in {
-        "ddp": ["trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "data.batch_size=16"],
+        "ddp": ["trainer.strategy=ddp", "trainer.devices=2", *DDP_DEVICE, "data.batch_size=16"],
         "single": ["data.batch_size=32"],
     }.items():
         for impl in ("reference", "triton"):

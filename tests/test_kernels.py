@@ -101,8 +101,9 @@ def test_forward_matches_oracle_with_one_program_per_tile_or_persistent(persiste
     monkeypatch.setattr(kernels, "FWD_PROGRAMS_PER_SM", persistent)
     monkeypatch.setattr(kernels, "UNALIGNED_FWD_PROGRAMS_PER_SM", persistent)
     kernels.plan.cache_clear()
+    tiles = 2 * kernels.sm_count(torch.device(device)) + 3  # more row tiles than 2 programs per SM
     try:
-        for shape, dtype in [((40, 257), torch.float32), ((200, 64), torch.float32), ((9, 4097), torch.float16)]:
+        for shape, dtype in [((4 * tiles, 257), torch.float32), ((16 * tiles, 64), torch.float32), ((tiles, 4097), torch.float16)]:
             x, gamma, _ = make_inputs(shape, dtype, device)
             p = kernels.plan(shape[0], shape[1], kernels.sm_count(x.device), False)
             assert (p.fwd_programs < kernels.triton.cdiv(shape[0], p.fwd_block_m)) == (persistent > 0)  # tiles
