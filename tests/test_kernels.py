@@ -388,6 +388,16 @@ def test_fast_launch_never_reuses_a_kernel_across_launch_plans(changed, fake_gpu
     assert len(kernel.jit_calls) == 2 and compiled.runs == []
 
 
+def test_fast_launch_never_reuses_a_kernel_across_current_devices(fake_gpu_launch, monkeypatch):
+    """Triton compiles for the current device; a kernel loaded on one GPU is not launched on another."""
+    compiled = _FakeCompiled()
+    kernel = _FakeKernel(compiled)
+    kernels._launch(kernel, (1,), (torch.zeros(4),), (), 4, ("key",))
+    monkeypatch.setattr(kernels._driver.active, "get_current_device", lambda: 1)
+    kernels._launch(kernel, (1,), (torch.zeros(4),), (), 4, ("key",))
+    assert len(kernel.jit_calls) == 2 and compiled.runs == []
+
+
 def test_fast_launch_falls_back_to_triton_for_good_when_the_interface_differs(fake_gpu_launch):
     kernel = _FakeKernel(_FakeCompiled(fail=True))
     x = torch.zeros(64)

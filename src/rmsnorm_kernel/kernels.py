@@ -447,7 +447,7 @@ def _launch(kernel, grid: tuple, args: tuple, constexprs: tuple, num_warps: int,
     kernel's signature, in order.
 
     ``key`` stands for the arguments' part of Triton's specialization, which the caller builds from what
-    it already has in hand: the device index, the tensors' dtypes and addresses modulo 16 (Triton
+    it already has in hand: the tensors' device, dtypes and addresses modulo 16 (Triton
     specializes pointers on 16-byte alignment), and the integer arguments' values (finer than Triton's
     own "equal to 1, divisible by 16, fits in int32", so never coarser). A compiled kernel is reused only
     for the same key, constexprs and warps.
@@ -459,11 +459,14 @@ def _launch(kernel, grid: tuple, args: tuple, constexprs: tuple, num_warps: int,
     cache = kernel.__dict__.get("_rmsnorm_compiled")  # kept on the kernel object: no hashing of it per call
     if cache is None:
         cache = kernel.__dict__["_rmsnorm_compiled"] = {}
-    full_key = (key, constexprs, num_warps)
+    # Triton compiles and launches for the current device (the caller's ``torch.cuda.device``), whatever
+    # device the tensors are on: so does this.
+    device = _driver.active.get_current_device()
+    full_key = (device, key, constexprs, num_warps)
     compiled = cache.get(full_key)
     if compiled is not None:
         try:
-            stream = _driver.active.get_current_stream(key[0])
+            stream = _driver.active.get_current_stream(device)
             full = (*args, *(v for _, v in constexprs))
             enter_hook = _knobs.runtime.launch_enter_hook
             # Triton's launch_metadata returns None unless a launch hook (a profiler) is installed.
