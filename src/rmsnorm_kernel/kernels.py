@@ -302,21 +302,15 @@ SMEM_RESERVE_BYTES = 8 * 1024
 
 
 @functools.lru_cache(maxsize=None)
-def _sm_count(device_index: int | None) -> int:
-    """By CUDA device index (None or -1: the current device; any under the interpreter)."""
+def _device_limits(device_index: int | None) -> tuple[int, int]:
+    """(multiprocessors, shared memory one program may use) of a CUDA device, by index (None or -1: the
+    current device); the interpreter's stand-ins when the kernels do not run on a GPU."""
     if backend() != CUDA:
-        return INTERPRETER_SM_COUNT
+        return INTERPRETER_SM_COUNT, INTERPRETER_SMEM_BYTES
     index = device_index if device_index is not None and device_index >= 0 else torch.cuda.current_device()
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-@functools.lru_cache(maxsize=None)
-def _smem_bytes(device_index: int | None) -> int:
-    """Shared memory one program may use on that GPU (the opt-in limit Triton launches against)."""
-    if backend() != CUDA:
-        return INTERPRETER_SMEM_BYTES
-    index = device_index if device_index is not None and device_index >= 0 else torch.cuda.current_device()
-    return getattr(torch.cuda.get_device_properties(index), "shared_memory_per_block_optin", 0) or DEFAULT_SMEM_BYTES
+    props = torch.cuda.get_device_properties(index)
+    # The opt-in limit is the one Triton launches against.
+    return props.multi_processor_count, getattr(props, "shared_memory_per_block_optin", 0) or DEFAULT_SMEM_BYTES
 
 
 def _stages(wanted: int, bytes_per_stage: int, smem_bytes: int) -> int:
@@ -328,7 +322,7 @@ def _stages(wanted: int, bytes_per_stage: int, smem_bytes: int) -> int:
 
 def sm_count(device: torch.device) -> int:
     """Multiprocessors of the GPU that holds ``device`` tensors (a fixed stand-in under the interpreter)."""
-    return _sm_count(device.index if device.type == "cuda" else None)
+    return _device_limits(device.index if device.type == "cuda" else None)[0]
 
 
 def block_size(n: int) -> int:
@@ -411,9 +405,8 @@ def plan(rows: int, n: int, sms: int, aligned: bool = True, x_bytes: int = 4, ga
 
 def plan_for(x2: torch.Tensor, gamma: torch.Tensor) -> Plan:
     """The launch plan for the (rows, N) view ``x2`` and ``gamma`` on their GPU."""
-    index = x2.get_device()
-    return plan(x2.shape[0], x2.shape[1], _sm_count(index), rows_aligned(x2), x2.element_size(), gamma.element_size(),
-                _smem_bytes(index))
+    sms, smem = _device_limits(x2.get_device())
+    return plan(x2.shape[0], x2.shape[1], sms, rows_aligned(x2), x2.element_size(), gamma.element_size(), smem)
 
 
 def dgamma_scratch_rows(rows: int, n: int, device: torch.device) -> int:
