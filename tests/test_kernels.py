@@ -113,6 +113,36 @@ def test_forward_matches_oracle_with_one_program_per_tile_or_persistent(persiste
         kernels.plan.cache_clear()
 
 
+@pytest.mark.parametrize("programs_per_sm", [0, 1], ids=lambda v: f"looped forward programs per SM {v}")
+def test_looped_forward_matches_oracle_with_one_program_per_row_or_persistent(programs_per_sm, device, monkeypatch):
+    """The looped forward's two grids: one program per row (the table's choice), or fewer persistent
+    programs that each walk several rows; a row count that is not a multiple of the programs."""
+    monkeypatch.setattr(kernels, "LOOP_TABLE", {k: (4096, 4, programs_per_sm) for k in kernels.LOOP_TABLE})
+    kernels.plan.cache_clear()
+    try:
+        sms = kernels.sm_count(torch.device(device))
+        shape = (sms + 1, 9000)
+        p = kernels.plan(shape[0], shape[1], sms)
+        assert p.looped and p.fwd_programs == (shape[0] if programs_per_sm == 0 else sms)
+        x, gamma, _ = make_inputs(shape, torch.float32, device)
+        c = compare(kernels.rmsnorm_forward(x, gamma, 1e-6), rmsnorm_reference(x, gamma, 1e-6))
+        assert c.ok, f"max abs {c.max_abs:.3g} over {c.tolerance}"
+    finally:
+        kernels.plan.cache_clear()
+
+
+@pytest.mark.parametrize("n, dtype", [(4096, torch.float32), (8192, torch.bfloat16)], ids=["4096-float32", "8192-bfloat16"])
+def test_forward_tiles_of_two_rows_mask_the_last_odd_row(n, dtype, device):
+    """Rows of 16 KiB are read two to a tile (FWD_TILE_OVERRIDES); with an odd row count the last tile
+    holds one row and a masked one."""
+    p = kernels.plan(5, n, kernels.sm_count(torch.device(device)), True, torch.empty((), dtype=dtype).element_size())
+    assert p.fwd_block_m == 2
+    x, gamma, _ = make_inputs((5, n), dtype, device)
+    y = kernels.rmsnorm_forward(x, gamma, 1e-6)
+    c = compare(y, rmsnorm_reference(x, gamma, 1e-6))
+    assert c.ok and y.shape == (5, n), f"max abs {c.max_abs:.3g} over {c.tolerance}"
+
+
 @pytest.mark.parametrize("x_bytes, gamma_bytes", [(4, 4), (2, 4), (2, 2)], ids=["float32", "mixed", "half"])
 def test_pipeline_stages_shrink_to_fit_the_gpu_s_shared_memory(x_bytes, gamma_bytes):
     """Triton keeps stages - 1 copies of an iteration's pipelined loads in shared memory, and a launch that

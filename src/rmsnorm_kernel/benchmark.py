@@ -535,10 +535,10 @@ SWEEP_VARIANTS: dict[str, dict] = {
     "base": {},
     "base_again": {},  # the same plan timed again: the run-to-run noise of the sweep
     "single_off": {"SINGLE_PROGRAM_MAX_ELEMENTS": 0},
+    "single_8192w16": {"SINGLE_TILE_ELEMENTS": 8192, "SINGLE_WARPS": 16},
     # Whole rows, forward: warps, persistent programs and pipelining depth (aligned rows, then rows that
     # start off a 16-byte boundary).
-    "fwd4096w4": _table(r4096=(1, 4, 16)),
-    "fwd8192w16": _table(r8192=(1, 16, 16)),
+    "fwd_one_row_tiles": {"FWD_TILE_OVERRIDES": {}},
     "fwd_pps2_s3": {"FWD_PROGRAMS_PER_SM": 2, "FWD_STAGES": 3},
     "unaligned_one_per_tile": {"UNALIGNED_FWD_PROGRAMS_PER_SM": 0, "UNALIGNED_FWD_STAGES": 1},
     "unaligned_pps1_s3": {"UNALIGNED_FWD_PROGRAMS_PER_SM": 1, "UNALIGNED_FWD_STAGES": 3},
@@ -556,27 +556,28 @@ SWEEP_VARIANTS: dict[str, dict] = {
     "loop_s1": {"LOOP_STAGES": 1},
     "loop_s2": {"LOOP_STAGES": 2},
     "loop_s4": {"LOOP_STAGES": 4},
-    "loop_8192w16pps1": _loop(8192, 16, 1),
-    "loop_4096w8pps2": _loop(4096, 8, 2),
-    "loop_16384w32pps1": _loop(16384, 32, 1),
+    "loop_8192w16pps2": _loop(8192, 16, 2),
+    "loop_8192w8pps4": _loop(8192, 8, 4),
+    "loop_4096w8": _loop(4096, 8, 0),
+    "loop_8192w16": _loop(8192, 16, 0),
     "stats4096w8": {"STATS_BLOCK_N": 4096, "STATS_WARPS": 8},
     "seg4096m1w16": {"SEG_BLOCK_N": 4096, "SEG_BLOCK_M": 1, "SEG_WARPS": 16},
     "segpps1": {"SEG_PROGRAMS_PER_SM": 1},
     "segpps4": {"SEG_PROGRAMS_PER_SM": 4},
 }
 SWEEP_SHAPES: dict[tuple[int, int, str], tuple[str, ...]] = {
-    (128, 257, "float32"): ("base", "single_off", "unaligned_one_per_tile"),
+    (128, 257, "float32"): ("base", "single_off", "single_8192w16", "unaligned_one_per_tile"),
     (4096, 4096, "bfloat16"): ("base", "base_again", "bwd_s1"),
-    (32768, 4096, "float32"): ("base", "base_again", "fwd4096w4", "fwd_pps2_s3", "bwd_s1", "bwd_s2", "bwd_s4", "bwd_s3_pps2",
+    (32768, 4096, "float32"): ("base", "base_again", "fwd_one_row_tiles", "fwd_pps2_s3", "bwd_s1", "bwd_s2", "bwd_s4", "bwd_s3_pps2",
                                "bwd4096w8", "bwd4096w32"),
-    (16384, 8192, "bfloat16"): ("base", "base_again", "fwd8192w16", "fwd_pps2_s3", "bwd_s1", "bwd_s2", "bwd_s4", "bwd_s3_pps2",
+    (16384, 8192, "bfloat16"): ("base", "base_again", "fwd_one_row_tiles", "fwd_pps2_s3", "bwd_s1", "bwd_s2", "bwd_s4", "bwd_s3_pps2",
                                 "bwd8192w32"),
     (8192, 4097, "float16"): ("base", "base_again", "unaligned_one_per_tile", "unaligned_pps1_s3", "unaligned_pps2_s3",
-                              "unaligned_pps4_s2", "fwd8192w16", "bwd_s1", "bwd_s3_pps2", "bwd8192w32"),
-    (4096, 32768, "bfloat16"): ("base", "base_again", "loop_s1", "loop_s2", "loop_s4", "loop_8192w16pps1", "loop_4096w8pps2",
-                                "loop_16384w32pps1", "stats4096w8", "seg4096m1w16", "segpps1", "segpps4"),
-    (2048, 65536, "bfloat16"): ("base", "base_again", "loop_s1", "loop_s2", "loop_s4", "loop_8192w16pps1", "loop_4096w8pps2",
-                                "loop_16384w32pps1", "stats4096w8", "seg4096m1w16", "segpps1", "segpps4"),
+                              "unaligned_pps4_s2", "bwd_s1", "bwd_s3_pps2", "bwd8192w32"),
+    (4096, 32768, "bfloat16"): ("base", "base_again", "loop_s1", "loop_s2", "loop_s4", "loop_8192w16pps2", "loop_8192w8pps4",
+                                "loop_4096w8", "loop_8192w16", "stats4096w8", "seg4096m1w16", "segpps1", "segpps4"),
+    (2048, 65536, "bfloat16"): ("base", "base_again", "loop_s1", "loop_s2", "loop_s4", "loop_8192w16pps2", "loop_8192w8pps4",
+                                "loop_4096w8", "loop_8192w16", "stats4096w8", "seg4096m1w16", "segpps1", "segpps4"),
 }
 
 

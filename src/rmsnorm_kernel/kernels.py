@@ -129,8 +129,8 @@ def _rmsnorm_bwd_kernel(
 def _rmsnorm_fwd_looped_kernel(X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     cols = tl.arange(0, BLOCK_N)
     num_chunks = tl.cdiv(N, BLOCK_N)
-    # Persistent over rows: few programs at a time, so the rows they are reading, and read again in
-    # pass 2, fit in L2 together.
+    # One program per row (LOOP_TABLE), or persistent over rows when the plan gives fewer programs:
+    # either way the rows being read at once, and read again in pass 2, must fit in L2 together.
     # An int64 start makes the loop index int64 (Triton promotes the range's bounds): row * stride may
     # pass 2**31.
     for row in range(tl.program_id(0).to(tl.int64), M, tl.num_programs(0)):
@@ -245,6 +245,11 @@ WHOLE_ROW_TABLE: dict[int, tuple[int, int, int]] = {
     64: (16, 2, 2), 128: (16, 4, 4), 256: (8, 4, 4), 512: (4, 4, 4), 1024: (2, 4, 4), 2048: (1, 4, 8),
     4096: (1, 8, 16), 8192: (1, 8, 16),
 }
+#: Whole-row forward tiles that differ from WHOLE_ROW_TABLE, by (BLOCK_N, bytes per element of x): (rows
+#: per tile, warps). Rows of 16 KiB read two to a tile measured 2% faster on an H200 (32768 x 4096 float32
+#: 258 against 263 us, 16384 x 8192 bfloat16 131 against 134); rows of 8 KiB (4096 half, 2048 float32) and
+#: 32 KiB (8192 float32) did not gain from more rows per tile (docs/performance-notes.md, v4).
+FWD_TILE_OVERRIDES: dict[tuple[int, int], tuple[int, int]] = {(4096, 4): (2, 16), (8192, 2): (2, 8)}
 #: Whole-row forward programs per multiprocessor when it runs persistent (0: one program per row tile,
 #: the grid covering every tile), for rows whose start is 16-byte aligned and for the others. Aligned
 #: rows are read in 16-byte vectors and one program per tile measured best; unaligned ones (N = 4097 in
@@ -265,17 +270,23 @@ LOOP_STAGES = 3
 #: is this times the multiprocessor count. One, because the 4096- and 8192-lane backward programs fill a
 #: multiprocessor's registers alone (16384 x 8192 bfloat16 on an H200: one 2.63 TB/s, two 2.27).
 PROGRAMS_PER_SM = 1
-#: Up to this many elements (rows * BLOCK_N) the backward runs as one program of up to 8192-element
-#: tiles that writes dgamma itself: one launch fewer, which matters more than GPU time for the small
-#: shapes whose cost is all host overhead (0 turns this off).
+#: Up to this many elements (rows * BLOCK_N) the backward runs as one program that writes dgamma itself:
+#: one launch fewer, which matters more than GPU time for the small shapes whose cost is all host
+#: overhead (0 turns this off). Its tiles hold SINGLE_TILE_ELEMENTS elements (or one row) over
+#: SINGLE_WARPS warps: measured on an H200 at 128 x 257 float32, 25.5 us of GPU time against 86 for
+#: 8192-element tiles over 16 warps (docs/performance-notes.md, v4).
 SINGLE_PROGRAM_MAX_ELEMENTS = 65536
+SINGLE_TILE_ELEMENTS = 4096
+SINGLE_WARPS = 4
 
-#: Looped forward, by BLOCK_N: (column chunk, warps, persistent programs per multiprocessor). The rows
-#: being read by all programs at once must fit in L2 for the second pass, and each multiprocessor needs
-#: some 32 KiB in flight. Measured on an H200 with 3 pipeline stages (fwd, bfloat16): at N = 32768
-#: (8192, 16, 2) 162 us against 194 for (16384, 32, 1); at N = 65536 178 against 181, and the 16384 chunk
-#: of float32 would need 256 KiB of shared memory for its stages.
-LOOP_TABLE: dict[int, tuple[int, int, int]] = {16384: (8192, 16, 2), 32768: (8192, 16, 2), 65536: (8192, 16, 2)}
+#: Looped forward, by BLOCK_N: (column chunk, warps, persistent programs per multiprocessor; 0: one
+#: program per row). The rows being read at once must fit in L2 for the second pass, and each
+#: multiprocessor needs some 32 KiB in flight. Measured on an H200 with 3 pipeline stages (fwd, bfloat16,
+#: docs/performance-notes.md, v4): one program per row over 8 warps beat 2 or 4 persistent programs per
+#: multiprocessor over 16 (N = 32768: 154 against 159-163 us; N = 65536: 174 against 177-179); at
+#: N = 16384 a 4096 chunk beat 8192 (146 against 165). A 16384 chunk of float32 would need 256 KiB of
+#: shared memory for its stages.
+LOOP_TABLE: dict[int, tuple[int, int, int]] = {16384: (4096, 8, 0), 32768: (8192, 8, 0), 65536: (8192, 8, 0)}
 #: Looped backward, step 1 (row statistics, one program per row): chunk and warps. 16384 lanes at 32
 #: warps would spill; 8192 at 16 does not.
 STATS_BLOCK_N = 8192
@@ -358,6 +369,7 @@ def _forward_plan(rows: int, n: int, sms: int, aligned: bool, x_bytes: int, gamm
     block_n = block_size(n)
     if block_n <= ROW_LIMIT:
         block_m, warps, _ = WHOLE_ROW_TABLE[block_n]
+        block_m, warps = FWD_TILE_OVERRIDES.get((block_n, x_bytes), (block_m, warps))
         tiles = triton.cdiv(rows, block_m)
         per_sm, stages = (FWD_PROGRAMS_PER_SM, FWD_STAGES) if aligned else (UNALIGNED_FWD_PROGRAMS_PER_SM, UNALIGNED_FWD_STAGES)
         programs = min(tiles, per_sm * sms) if per_sm > 0 else tiles
@@ -367,7 +379,8 @@ def _forward_plan(rows: int, n: int, sms: int, aligned: bool, x_bytes: int, gamm
         return dict(looped=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps, fwd_programs=programs,
                     fwd_stages=stages)
     chunk, warps, programs_per_sm = LOOP_TABLE[min(max(block_n, min(LOOP_TABLE)), max(LOOP_TABLE))]
-    return dict(looped=True, block_n=chunk, fwd_block_m=1, fwd_warps=warps, fwd_programs=min(rows, programs_per_sm * sms),
+    programs = min(rows, programs_per_sm * sms) if programs_per_sm > 0 else rows
+    return dict(looped=True, block_n=chunk, fwd_block_m=1, fwd_warps=warps, fwd_programs=programs,
                 fwd_stages=_stages(LOOP_STAGES, chunk * (x_bytes + gamma_bytes), smem))
 
 
@@ -376,9 +389,9 @@ def _backward_plan(rows: int, n: int, sms: int, x_bytes: int, gamma_bytes: int, 
     if block_n <= ROW_LIMIT:
         block_m, _, warps = WHOLE_ROW_TABLE[block_n]
         if rows * block_n <= SINGLE_PROGRAM_MAX_ELEMENTS:
-            block_m = min(triton.next_power_of_2(rows), max(1, 8192 // block_n))
+            block_m = min(triton.next_power_of_2(rows), max(1, SINGLE_TILE_ELEMENTS // block_n))
             return dict(bwd_block_m=block_m, bwd_block_n=block_n,
-                        bwd_warps=max(1, min(16, block_m * block_n // 512)), partial_rows=0, bwd_grid=(1, 1),
+                        bwd_warps=max(1, min(SINGLE_WARPS, block_m * block_n // 32)), partial_rows=0, bwd_grid=(1, 1),
                         bwd_stages=_stages(BWD_STAGES, 2 * block_m * block_n * x_bytes, smem) if rows > block_m else 1)
         tiles = triton.cdiv(rows, block_m)
         programs = min(tiles, PROGRAMS_PER_SM * sms)
