@@ -552,14 +552,15 @@ SWEEP_VARIANTS: dict[str, dict] = {
     "bwd4096w8": _table(r4096=(1, 8, 8)),
     "bwd4096w32": _table(r4096=(1, 8, 32)),
     "bwd8192w32": _table(r8192=(1, 8, 32)),
-    # Looped rows: pipelining depth; chunking of each kernel.
+    # Looped rows: the backward's pipelining depth; the forward's grid, chunk, warps and depth (v3's plan
+    # was 2 persistent programs per multiprocessor of 16 warps at 3 stages); chunking of each kernel.
     "loop_s1": {"LOOP_STAGES": 1},
     "loop_s2": {"LOOP_STAGES": 2},
     "loop_s4": {"LOOP_STAGES": 4},
-    "loop_8192w16pps2": _loop(8192, 16, 2),
-    "loop_8192w8pps4": _loop(8192, 8, 4),
-    "loop_4096w8": _loop(4096, 8, 0),
-    "loop_8192w16": _loop(8192, 16, 0),
+    "loop_fwd_v3": {**_loop(8192, 16, 2), "LOOP_FWD_STAGES": 3},
+    "loop_fwd_8192w8_s3": {**_loop(8192, 8, 0), "LOOP_FWD_STAGES": 3},
+    "loop_fwd_4096w16": _loop(4096, 16, 0),
+    "loop_fwd_8192w16": _loop(8192, 16, 0),
     "stats4096w8": {"STATS_BLOCK_N": 4096, "STATS_WARPS": 8},
     "seg4096m1w16": {"SEG_BLOCK_N": 4096, "SEG_BLOCK_M": 1, "SEG_WARPS": 16},
     "segpps1": {"SEG_PROGRAMS_PER_SM": 1},
@@ -574,10 +575,10 @@ SWEEP_SHAPES: dict[tuple[int, int, str], tuple[str, ...]] = {
                                 "bwd8192w32"),
     (8192, 4097, "float16"): ("base", "base_again", "unaligned_one_per_tile", "unaligned_pps1_s3", "unaligned_pps2_s3",
                               "unaligned_pps4_s2", "bwd_s1", "bwd_s3_pps2", "bwd8192w32"),
-    (4096, 32768, "bfloat16"): ("base", "base_again", "loop_s1", "loop_s2", "loop_s4", "loop_8192w16pps2", "loop_8192w8pps4",
-                                "loop_4096w8", "loop_8192w16", "stats4096w8", "seg4096m1w16", "segpps1", "segpps4"),
-    (2048, 65536, "bfloat16"): ("base", "base_again", "loop_s1", "loop_s2", "loop_s4", "loop_8192w16pps2", "loop_8192w8pps4",
-                                "loop_4096w8", "loop_8192w16", "stats4096w8", "seg4096m1w16", "segpps1", "segpps4"),
+    (4096, 32768, "bfloat16"): ("base", "base_again", "loop_s1", "loop_s2", "loop_s4", "loop_fwd_v3", "loop_fwd_8192w8_s3",
+                                "loop_fwd_4096w16", "loop_fwd_8192w16", "stats4096w8", "seg4096m1w16", "segpps1", "segpps4"),
+    (2048, 65536, "bfloat16"): ("base", "base_again", "loop_s1", "loop_s2", "loop_s4", "loop_fwd_v3", "loop_fwd_8192w8_s3",
+                                "loop_fwd_4096w16", "loop_fwd_8192w16", "stats4096w8", "seg4096m1w16", "segpps1", "segpps4"),
 }
 
 
@@ -645,6 +646,20 @@ def host_breakdown(device: str = "cuda", m: int = 128, n: int = 257, calls: int 
         def backward(ctx, g):
             return g
 
+    class TwoInputs(torch.autograd.Function):
+        """rmsnorm's autograd shape (x, gamma, eps in; y out; dx, dgamma back) with only the allocations."""
+
+        @staticmethod
+        def forward(ctx, a, b, eps):
+            ctx.save_for_backward(a, b)
+            ctx.eps = eps
+            return torch.empty_like(a)
+
+        @staticmethod
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            return torch.empty_like(a), torch.empty_like(b), None
+
     pieces: dict[str, Callable[[], object]] = {
         "triton JIT launch (fwd kernel)": lambda: kernels._rmsnorm_fwd_kernel[(p.fwd_programs,)](
             *fwd_args, **dict(fwd_meta), num_warps=p.fwd_warps),
@@ -656,6 +671,8 @@ def host_breakdown(device: str = "cuda", m: int = 128, n: int = 257, calls: int 
         "kernels.rmsnorm_backward": lambda: kernels.rmsnorm_backward(dy, x, gamma, EPS),
         "rmsnorm fwd": lambda: rmsnorm(x, gamma, EPS),
         "autograd.grad of a Python identity Function": lambda: torch.autograd.grad(Identity.apply(xl), (xl,), dy),
+        "autograd.grad of a two-input Python Function": lambda: torch.autograd.grad(TwoInputs.apply(xl, gl, EPS), (xl, gl), dy),
+        "autograd.grad of x * gamma (C++ autograd)": lambda: torch.autograd.grad(xl * gl, (xl, gl), dy),
         "rmsnorm fwd+bwd": lambda: torch.autograd.grad(rmsnorm(xl, gl, EPS), (xl, gl), dy),
         "F.rms_norm fwd": lambda: torch.nn.functional.rms_norm(x, (n,), gamma, EPS),
         "F.rms_norm fwd+bwd": lambda: torch.autograd.grad(torch.nn.functional.rms_norm(xl, (n,), gl, EPS), (xl, gl), dy),

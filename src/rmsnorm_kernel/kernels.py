@@ -126,31 +126,39 @@ def _rmsnorm_bwd_kernel(
 
 
 @triton.jit
-def _rmsnorm_fwd_looped_kernel(X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+def _rmsnorm_fwd_looped_kernel(
+    X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, EVEN_N: tl.constexpr,
+):
     cols = tl.arange(0, BLOCK_N)
-    num_chunks = tl.cdiv(N, BLOCK_N)
-    # One program per row (LOOP_TABLE), or persistent over rows when the plan gives fewer programs:
-    # either way the rows being read at once, and read again in pass 2, must fit in L2 together.
+    # One program per row (LOOP_TABLE), or persistent over rows when the plan gives fewer programs.
     # An int64 start makes the loop index int64 (Triton promotes the range's bounds): row * stride may
     # pass 2**31.
     for row in range(tl.program_id(0).to(tl.int64), M, tl.num_programs(0)):
         x_row = X + row * stride_x
         y_row = Y + row * stride_y
-        # Pass 1: sum(x^2) over the row, chunk by chunk, in float32 lanes reduced once at the end.
-        # STAGES > 1: the next chunk is copied into shared memory while this one is summed.
+        # Pass 1: sum(x^2) over the row, chunk by chunk, in float32 lanes reduced once at the end. The
+        # loads are marked evict_last so that the row stays in L2 for pass 2, which reads it again.
+        # EVEN_N (N a multiple of BLOCK_N): no chunk is partial, so the loads need no mask.
         sum_sq = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
-            x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0).to(tl.float32)
+            if EVEN_N:
+                x = tl.load(x_row + start + cols, eviction_policy="evict_last").to(tl.float32)
+            else:
+                x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
             sum_sq += x * x
-        r = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)
-        # Pass 2 walks the chunks backwards: the ones read last in pass 1 are the likeliest still in
-        # L2, so the second read of x mostly comes from cache rather than memory.
-        for i in tl.range(0, num_chunks, num_stages=STAGES):
-            start = (num_chunks - 1 - i) * BLOCK_N
-            mask = start + cols < N
-            x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
-            gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(tl.float32)
-            tl.store(y_row + start + cols, (x * r * gamma).to(Y.dtype.element_ty), mask=mask)
+        r = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)  # N, not the chunks' total width
+        # Pass 2: y = x * r * gamma. This read of x is its last (evict_first); gamma is read by every row
+        # (evict_last).
+        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
+            if EVEN_N:
+                x = tl.load(x_row + start + cols, eviction_policy="evict_first").to(tl.float32)
+                gamma = tl.load(GAMMA + start + cols, eviction_policy="evict_last").to(tl.float32)
+                tl.store(y_row + start + cols, (x * r * gamma).to(Y.dtype.element_ty))
+            else:
+                mask = start + cols < N
+                x = tl.load(x_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+                gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+                tl.store(y_row + start + cols, (x * r * gamma).to(Y.dtype.element_ty), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -265,6 +273,7 @@ UNALIGNED_FWD_STAGES = 2
 #: 566 us at 16384 x 8192 bfloat16; 2 stages were slower than none, 4 no faster than 3.
 FWD_STAGES = 1
 BWD_STAGES = 3
+#: The looped backward's two steps (the looped forward has its own, LOOP_FWD_STAGES).
 LOOP_STAGES = 3
 #: Persistent whole-row backward programs per multiprocessor: the number of float64 dgamma partial rows
 #: is this times the multiprocessor count. One, because the 4096- and 8192-lane backward programs fill a
@@ -280,13 +289,14 @@ SINGLE_TILE_ELEMENTS = 4096
 SINGLE_WARPS = 4
 
 #: Looped forward, by BLOCK_N: (column chunk, warps, persistent programs per multiprocessor; 0: one
-#: program per row). The rows being read at once must fit in L2 for the second pass, and each
-#: multiprocessor needs some 32 KiB in flight. Measured on an H200 with 3 pipeline stages (fwd, bfloat16,
-#: docs/performance-notes.md, v4): one program per row over 8 warps beat 2 or 4 persistent programs per
-#: multiprocessor over 16 (N = 32768: 154 against 159-163 us; N = 65536: 174 against 177-179); at
-#: N = 16384 a 4096 chunk beat 8192 (146 against 165). A 16384 chunk of float32 would need 256 KiB of
-#: shared memory for its stages.
-LOOP_TABLE: dict[int, tuple[int, int, int]] = {16384: (4096, 8, 0), 32768: (8192, 8, 0), 65536: (8192, 8, 0)}
+#: program per row), run at LOOP_FWD_STAGES. The row must stay in L2 between the two passes, which the
+#: eviction hints in the kernel ask for. Measured on an H200 (bfloat16, docs/performance-notes.md, v4):
+#: one program per row of 32 warps with 8192-element chunks, unpipelined, reads at 95% of the copy
+#: bandwidth at N = 32768 (133 us) and 78% at N = 65536 (161 us), against 82% and 67% for 8 warps with
+#: 3 pipeline stages and 79% and 71% for 2 persistent programs per multiprocessor. (torch.compile's
+#: kernel for N = 32768 is the same design with the whole row as one chunk, 133 us.)
+LOOP_TABLE: dict[int, tuple[int, int, int]] = {16384: (8192, 32, 0), 32768: (8192, 32, 0), 65536: (8192, 32, 0)}
+LOOP_FWD_STAGES = 1
 #: Looped backward, step 1 (row statistics, one program per row): chunk and warps. 16384 lanes at 32
 #: warps would spill; 8192 at 16 does not.
 STATS_BLOCK_N = 8192
@@ -299,9 +309,11 @@ SEG_BLOCK_N = 2048
 SEG_BLOCK_M = 2
 SEG_WARPS = 8
 SEG_PROGRAMS_PER_SM = 2
-#: The second pass's tile.
-SUM_BLOCK_P = 32
-SUM_BLOCK_N = 128
+#: The second pass's tile: narrow column blocks, so that the launch has enough programs to keep the
+#: loads in flight (N = 4096 or 8192 over 132 partial rows on an H200: 9.5-10.6 us of GPU time against
+#: 15.6-16.8 for 32 x 128 tiles, docs/performance-notes.md, v4).
+SUM_BLOCK_P = 64
+SUM_BLOCK_N = 32
 #: The interpreter stands in for a GPU of this many multiprocessors (a few programs, quick on the CPU).
 INTERPRETER_SM_COUNT = 2
 #: Shared memory per program when the GPU does not report its opt-in limit (the CUDA default), and the
@@ -381,7 +393,7 @@ def _forward_plan(rows: int, n: int, sms: int, aligned: bool, x_bytes: int, gamm
     chunk, warps, programs_per_sm = LOOP_TABLE[min(max(block_n, min(LOOP_TABLE)), max(LOOP_TABLE))]
     programs = min(rows, programs_per_sm * sms) if programs_per_sm > 0 else rows
     return dict(looped=True, block_n=chunk, fwd_block_m=1, fwd_warps=warps, fwd_programs=programs,
-                fwd_stages=_stages(LOOP_STAGES, chunk * (x_bytes + gamma_bytes), smem))
+                fwd_stages=_stages(LOOP_FWD_STAGES, chunk * (x_bytes + gamma_bytes), smem))
 
 
 def _backward_plan(rows: int, n: int, sms: int, x_bytes: int, gamma_bytes: int, smem: int) -> dict:
@@ -538,7 +550,7 @@ def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, p: Plan | 
     p = p or plan_for(x2, gamma)
     if p.looped:
         _launch(_rmsnorm_fwd_looped_kernel, (p.fwd_programs,), (x2, gamma, y, rows, n, stride, n, eps),
-                (("BLOCK_N", p.block_n), ("STAGES", p.fwd_stages)), p.fwd_warps, key)
+                (("BLOCK_N", p.block_n), ("STAGES", p.fwd_stages), ("EVEN_N", n % p.block_n == 0)), p.fwd_warps, key)
     else:
         _launch(_rmsnorm_fwd_kernel, (p.fwd_programs,), (x2, gamma, y, rows, n, stride, n, eps),
                 (("BLOCK_M", p.fwd_block_m), ("BLOCK_N", p.block_n), ("STAGES", p.fwd_stages)), p.fwd_warps, key)
