@@ -113,30 +113,25 @@ def test_forward_matches_oracle_with_one_program_per_tile_or_persistent(persiste
         kernels.plan.cache_clear()
 
 
-@pytest.mark.parametrize("programs_per_sm", [0, 1], ids=lambda v: f"looped forward programs per SM {v}")
-def test_looped_forward_matches_oracle_with_one_program_per_row_or_persistent(programs_per_sm, device, monkeypatch):
-    """The looped forward's two grids: one program per row (the table's choice), or fewer persistent
-    programs that each walk several rows; a row count that is not a multiple of the programs."""
-    monkeypatch.setattr(kernels, "LOOP_TABLE", {k: (4096, 4, programs_per_sm) for k in kernels.LOOP_TABLE})
-    kernels.plan.cache_clear()
-    try:
-        sms = kernels.sm_count(torch.device(device))
-        shape = (sms + 1, 9000)
-        p = kernels.plan(shape[0], shape[1], sms)
-        assert p.looped and p.fwd_programs == (shape[0] if programs_per_sm == 0 else sms)
-        x, gamma, _ = make_inputs(shape, torch.float32, device)
-        c = compare(kernels.rmsnorm_forward(x, gamma, 1e-6), rmsnorm_reference(x, gamma, 1e-6))
-        assert c.ok, f"max abs {c.max_abs:.3g} over {c.tolerance}"
-    finally:
-        kernels.plan.cache_clear()
+@pytest.mark.parametrize("n", [16384, 20000], ids=lambda n: f"N={n}")
+def test_looped_forward_with_whole_chunks_or_a_partial_last_chunk(n, device):
+    """N a multiple of the chunk takes the unmasked loads (EVEN_N), any other N the masked ones."""
+    p = kernels.plan(3, n, kernels.sm_count(torch.device(device)))
+    assert p.looped and p.fwd_programs == 3 and (n % p.block_n == 0) == (n == 16384)
+    x, gamma, _ = make_inputs((3, n), torch.bfloat16, device)
+    c = compare(kernels.rmsnorm_forward(x, gamma, 1e-6), rmsnorm_reference(x, gamma, 1e-6))
+    assert c.ok, f"max abs {c.max_abs:.3g} over {c.tolerance}"
 
 
 @pytest.mark.parametrize("n, dtype", [(4096, torch.float32), (8192, torch.bfloat16)], ids=["4096-float32", "8192-bfloat16"])
 def test_forward_tiles_of_two_rows_mask_the_last_odd_row(n, dtype, device):
     """Rows of 16 KiB are read two to a tile (FWD_TILE_OVERRIDES); with an odd row count the last tile
     holds one row and a masked one."""
-    p = kernels.plan(5, n, kernels.sm_count(torch.device(device)), True, torch.empty((), dtype=dtype).element_size())
+    x_bytes = torch.empty((), dtype=dtype).element_size()
+    p = kernels.plan(5, n, kernels.sm_count(torch.device(device)), True, x_bytes)
     assert p.fwd_block_m == 2
+    # rows off a 16-byte boundary keep their own plan (N = 4097 half rows share BLOCK_N 8192 with these)
+    assert kernels.plan(5, n, kernels.sm_count(torch.device(device)), False, x_bytes).fwd_block_m == kernels.WHOLE_ROW_TABLE[n][0]
     x, gamma, _ = make_inputs((5, n), dtype, device)
     y = kernels.rmsnorm_forward(x, gamma, 1e-6)
     c = compare(y, rmsnorm_reference(x, gamma, 1e-6))

@@ -526,9 +526,9 @@ def _table(**rows) -> dict:
     return {"WHOLE_ROW_TABLE": table}
 
 
-def _loop(chunk: int, warps: int, programs_per_sm: int) -> dict:
-    """kernels.LOOP_TABLE with every entry replaced by one (chunk, warps, programs per multiprocessor)."""
-    return {"LOOP_TABLE": {k: (chunk, warps, programs_per_sm) for k in kernels.LOOP_TABLE}}
+def _loop(chunk: int, warps: int) -> dict:
+    """kernels.LOOP_TABLE with every entry replaced by one (chunk, warps)."""
+    return {"LOOP_TABLE": {k: (chunk, warps) for k in kernels.LOOP_TABLE}}
 
 
 SWEEP_VARIANTS: dict[str, dict] = {
@@ -552,15 +552,14 @@ SWEEP_VARIANTS: dict[str, dict] = {
     "bwd4096w8": _table(r4096=(1, 8, 8)),
     "bwd4096w32": _table(r4096=(1, 8, 32)),
     "bwd8192w32": _table(r8192=(1, 8, 32)),
-    # Looped rows: the backward's pipelining depth; the forward's grid, chunk, warps and depth (v3's plan
-    # was 2 persistent programs per multiprocessor of 16 warps at 3 stages); chunking of each kernel.
+    # Looped rows: the backward's pipelining depth; the forward's chunk, warps and depth; chunking of the
+    # backward's two steps.
     "loop_s1": {"LOOP_STAGES": 1},
     "loop_s2": {"LOOP_STAGES": 2},
     "loop_s4": {"LOOP_STAGES": 4},
-    "loop_fwd_v3": {**_loop(8192, 16, 2), "LOOP_FWD_STAGES": 3},
-    "loop_fwd_8192w8_s3": {**_loop(8192, 8, 0), "LOOP_FWD_STAGES": 3},
-    "loop_fwd_4096w16": _loop(4096, 16, 0),
-    "loop_fwd_8192w16": _loop(8192, 16, 0),
+    "loop_fwd_8192w8_s3": {**_loop(8192, 8), "LOOP_FWD_STAGES": 3},
+    "loop_fwd_4096w16": _loop(4096, 16),
+    "loop_fwd_8192w16": _loop(8192, 16),
     "stats4096w8": {"STATS_BLOCK_N": 4096, "STATS_WARPS": 8},
     "seg4096m1w16": {"SEG_BLOCK_N": 4096, "SEG_BLOCK_M": 1, "SEG_WARPS": 16},
     "segpps1": {"SEG_PROGRAMS_PER_SM": 1},
@@ -575,9 +574,9 @@ SWEEP_SHAPES: dict[tuple[int, int, str], tuple[str, ...]] = {
                                 "bwd8192w32"),
     (8192, 4097, "float16"): ("base", "base_again", "unaligned_one_per_tile", "unaligned_pps1_s3", "unaligned_pps2_s3",
                               "unaligned_pps4_s2", "bwd_s1", "bwd_s3_pps2", "bwd8192w32"),
-    (4096, 32768, "bfloat16"): ("base", "base_again", "loop_s1", "loop_s2", "loop_s4", "loop_fwd_v3", "loop_fwd_8192w8_s3",
+    (4096, 32768, "bfloat16"): ("base", "base_again", "loop_s1", "loop_s2", "loop_s4", "loop_fwd_8192w8_s3",
                                 "loop_fwd_4096w16", "loop_fwd_8192w16", "stats4096w8", "seg4096m1w16", "segpps1", "segpps4"),
-    (2048, 65536, "bfloat16"): ("base", "base_again", "loop_s1", "loop_s2", "loop_s4", "loop_fwd_v3", "loop_fwd_8192w8_s3",
+    (2048, 65536, "bfloat16"): ("base", "base_again", "loop_s1", "loop_s2", "loop_s4", "loop_fwd_8192w8_s3",
                                 "loop_fwd_4096w16", "loop_fwd_8192w16", "stats4096w8", "seg4096m1w16", "segpps1", "segpps4"),
 }
 

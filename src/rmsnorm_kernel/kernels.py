@@ -127,38 +127,37 @@ def _rmsnorm_bwd_kernel(
 
 @triton.jit
 def _rmsnorm_fwd_looped_kernel(
-    X, GAMMA, Y, M, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, EVEN_N: tl.constexpr,
+    X, GAMMA, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, EVEN_N: tl.constexpr,
 ):
+    # One program per row. (A persistent loop over rows around the two passes measured 10-30% slower on
+    # an H200 with the eviction hints below; docs/performance-notes.md, v4.)
+    row = tl.program_id(0).to(tl.int64)  # int64: row * stride may pass 2**31
     cols = tl.arange(0, BLOCK_N)
-    # One program per row (LOOP_TABLE), or persistent over rows when the plan gives fewer programs.
-    # An int64 start makes the loop index int64 (Triton promotes the range's bounds): row * stride may
-    # pass 2**31.
-    for row in range(tl.program_id(0).to(tl.int64), M, tl.num_programs(0)):
-        x_row = X + row * stride_x
-        y_row = Y + row * stride_y
-        # Pass 1: sum(x^2) over the row, chunk by chunk, in float32 lanes reduced once at the end. The
-        # loads are marked evict_last so that the row stays in L2 for pass 2, which reads it again.
-        # EVEN_N (N a multiple of BLOCK_N): no chunk is partial, so the loads need no mask.
-        sum_sq = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
-            if EVEN_N:
-                x = tl.load(x_row + start + cols, eviction_policy="evict_last").to(tl.float32)
-            else:
-                x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
-            sum_sq += x * x
-        r = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)  # N, not the chunks' total width
-        # Pass 2: y = x * r * gamma. This read of x is its last (evict_first); gamma is read by every row
-        # (evict_last).
-        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
-            if EVEN_N:
-                x = tl.load(x_row + start + cols, eviction_policy="evict_first").to(tl.float32)
-                gamma = tl.load(GAMMA + start + cols, eviction_policy="evict_last").to(tl.float32)
-                tl.store(y_row + start + cols, (x * r * gamma).to(Y.dtype.element_ty))
-            else:
-                mask = start + cols < N
-                x = tl.load(x_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-                gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-                tl.store(y_row + start + cols, (x * r * gamma).to(Y.dtype.element_ty), mask=mask)
+    x_row = X + row * stride_x
+    y_row = Y + row * stride_y
+    # Pass 1: sum(x^2) over the row, chunk by chunk, in float32 lanes reduced once at the end. The loads
+    # are marked evict_last so that the row stays in L2 for pass 2, which reads it again.
+    # EVEN_N (N a multiple of BLOCK_N): no chunk is partial, so the loads need no mask.
+    sum_sq = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
+        if EVEN_N:
+            x = tl.load(x_row + start + cols, eviction_policy="evict_last").to(tl.float32)
+        else:
+            x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        sum_sq += x * x
+    r = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)  # N, not the chunks' total width
+    # Pass 2: y = x * r * gamma. This read of x is its last (evict_first); gamma is read by every row
+    # (evict_last).
+    for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
+        if EVEN_N:
+            x = tl.load(x_row + start + cols, eviction_policy="evict_first").to(tl.float32)
+            gamma = tl.load(GAMMA + start + cols, eviction_policy="evict_last").to(tl.float32)
+            tl.store(y_row + start + cols, (x * r * gamma).to(Y.dtype.element_ty))
+        else:
+            mask = start + cols < N
+            x = tl.load(x_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            tl.store(y_row + start + cols, (x * r * gamma).to(Y.dtype.element_ty), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -253,8 +252,8 @@ WHOLE_ROW_TABLE: dict[int, tuple[int, int, int]] = {
     64: (16, 2, 2), 128: (16, 4, 4), 256: (8, 4, 4), 512: (4, 4, 4), 1024: (2, 4, 4), 2048: (1, 4, 8),
     4096: (1, 8, 16), 8192: (1, 8, 16),
 }
-#: Whole-row forward tiles that differ from WHOLE_ROW_TABLE, by (BLOCK_N, bytes per element of x): (rows
-#: per tile, warps). Rows of 16 KiB read two to a tile measured 2% faster on an H200 (32768 x 4096 float32
+#: Whole-row forward tiles that differ from WHOLE_ROW_TABLE for rows that start on a 16-byte boundary, by
+#: (BLOCK_N, bytes per element of x): (rows per tile, warps). Rows of 16 KiB read two to a tile measured 2% faster on an H200 (32768 x 4096 float32
 #: 258 against 263 us, 16384 x 8192 bfloat16 131 against 134); rows of 8 KiB (4096 half, 2048 float32) and
 #: 32 KiB (8192 float32) did not gain from more rows per tile (docs/performance-notes.md, v4).
 FWD_TILE_OVERRIDES: dict[tuple[int, int], tuple[int, int]] = {(4096, 4): (2, 16), (8192, 2): (2, 8)}
@@ -288,14 +287,14 @@ SINGLE_PROGRAM_MAX_ELEMENTS = 65536
 SINGLE_TILE_ELEMENTS = 4096
 SINGLE_WARPS = 4
 
-#: Looped forward, by BLOCK_N: (column chunk, warps, persistent programs per multiprocessor; 0: one
-#: program per row), run at LOOP_FWD_STAGES. The row must stay in L2 between the two passes, which the
-#: eviction hints in the kernel ask for. Measured on an H200 (bfloat16, docs/performance-notes.md, v4):
-#: one program per row of 32 warps with 8192-element chunks, unpipelined, reads at 95% of the copy
-#: bandwidth at N = 32768 (133 us) and 78% at N = 65536 (161 us), against 82% and 67% for 8 warps with
-#: 3 pipeline stages and 79% and 71% for 2 persistent programs per multiprocessor. (torch.compile's
-#: kernel for N = 32768 is the same design with the whole row as one chunk, 133 us.)
-LOOP_TABLE: dict[int, tuple[int, int, int]] = {16384: (8192, 32, 0), 32768: (8192, 32, 0), 65536: (8192, 32, 0)}
+#: Looped forward, by BLOCK_N: (column chunk, warps), one program per row, at LOOP_FWD_STAGES. The row
+#: must stay in L2 between the two passes, which the eviction hints in the kernel ask for. Measured on an
+#: H200 (bfloat16, docs/performance-notes.md, v4): 32 warps and 8192-element chunks, unpipelined, read at
+#: 95% of the copy bandwidth at N = 32768 (133 us) and 78% at N = 65536 (161 us), against 82% and 67% for
+#: 8 warps with 3 pipeline stages and 79% and 71% for v3's 2 persistent programs per multiprocessor;
+#: at N = 16384, 16 warps (142 us) beat 32 (150-176). torch.compile's kernel for N = 32768 is the same
+#: design with the whole row as one chunk (133 us).
+LOOP_TABLE: dict[int, tuple[int, int]] = {16384: (4096, 16), 32768: (8192, 32), 65536: (8192, 32)}
 LOOP_FWD_STAGES = 1
 #: Looped backward, step 1 (row statistics, one program per row): chunk and warps. 16384 lanes at 32
 #: warps would spill; 8192 at 16 does not.
@@ -381,7 +380,8 @@ def _forward_plan(rows: int, n: int, sms: int, aligned: bool, x_bytes: int, gamm
     block_n = block_size(n)
     if block_n <= ROW_LIMIT:
         block_m, warps, _ = WHOLE_ROW_TABLE[block_n]
-        block_m, warps = FWD_TILE_OVERRIDES.get((block_n, x_bytes), (block_m, warps))
+        if aligned:  # measured on aligned rows only; unaligned ones have their own plan below
+            block_m, warps = FWD_TILE_OVERRIDES.get((block_n, x_bytes), (block_m, warps))
         tiles = triton.cdiv(rows, block_m)
         per_sm, stages = (FWD_PROGRAMS_PER_SM, FWD_STAGES) if aligned else (UNALIGNED_FWD_PROGRAMS_PER_SM, UNALIGNED_FWD_STAGES)
         programs = min(tiles, per_sm * sms) if per_sm > 0 else tiles
@@ -390,9 +390,8 @@ def _forward_plan(rows: int, n: int, sms: int, aligned: bool, x_bytes: int, gamm
         stages = _stages(stages, block_m * block_n * x_bytes, smem) if programs < tiles else 1
         return dict(looped=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps, fwd_programs=programs,
                     fwd_stages=stages)
-    chunk, warps, programs_per_sm = LOOP_TABLE[min(max(block_n, min(LOOP_TABLE)), max(LOOP_TABLE))]
-    programs = min(rows, programs_per_sm * sms) if programs_per_sm > 0 else rows
-    return dict(looped=True, block_n=chunk, fwd_block_m=1, fwd_warps=warps, fwd_programs=programs,
+    chunk, warps = LOOP_TABLE[min(max(block_n, min(LOOP_TABLE)), max(LOOP_TABLE))]
+    return dict(looped=True, block_n=chunk, fwd_block_m=1, fwd_warps=warps, fwd_programs=rows,
                 fwd_stages=_stages(LOOP_FWD_STAGES, chunk * (x_bytes + gamma_bytes), smem))
 
 
@@ -549,7 +548,7 @@ def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, p: Plan | 
     key = (x.get_device(), x.dtype, gamma.dtype, rows, n, stride, *_address_key(x2, gamma, y))
     p = p or plan_for(x2, gamma)
     if p.looped:
-        _launch(_rmsnorm_fwd_looped_kernel, (p.fwd_programs,), (x2, gamma, y, rows, n, stride, n, eps),
+        _launch(_rmsnorm_fwd_looped_kernel, (p.fwd_programs,), (x2, gamma, y, n, stride, n, eps),
                 (("BLOCK_N", p.block_n), ("STAGES", p.fwd_stages), ("EVEN_N", n % p.block_n == 0)), p.fwd_warps, key)
     else:
         _launch(_rmsnorm_fwd_kernel, (p.fwd_programs,), (x2, gamma, y, rows, n, stride, n, eps),
