@@ -124,18 +124,19 @@ def test_looped_forward_with_whole_chunks_or_a_partial_last_chunk(n, device):
 
 
 @pytest.mark.parametrize("n, dtype", [(4096, torch.float32), (8192, torch.bfloat16)], ids=["4096-float32", "8192-bfloat16"])
-def test_forward_tiles_of_two_rows_mask_the_last_odd_row(n, dtype, device):
-    """Rows of 16 KiB are read two to a tile (FWD_TILE_OVERRIDES); with an odd row count the last tile
-    holds one row and a masked one."""
+def test_aligned_rows_of_16_kib_take_the_chunked_forward(n, dtype, device):
+    """Aligned 16 KiB rows run the two-pass chunked forward (FWD_CHUNKED_ROWS), one program per row;
+    the same rows off a 16-byte boundary (a slice starting one element in) keep the whole-row kernel."""
     x_bytes = torch.empty((), dtype=dtype).element_size()
-    p = kernels.plan(5, n, kernels.sm_count(torch.device(device)), True, x_bytes)
-    assert p.fwd_block_m == 2
-    # rows off a 16-byte boundary keep their own plan (N = 4097 half rows share BLOCK_N 8192 with these)
-    assert kernels.plan(5, n, kernels.sm_count(torch.device(device)), False, x_bytes).fwd_block_m == kernels.WHOLE_ROW_TABLE[n][0]
-    x, gamma, _ = make_inputs((5, n), dtype, device)
-    y = kernels.rmsnorm_forward(x, gamma, 1e-6)
-    c = compare(y, rmsnorm_reference(x, gamma, 1e-6))
-    assert c.ok and y.shape == (5, n), f"max abs {c.max_abs:.3g} over {c.tolerance}"
+    sms = kernels.sm_count(torch.device(device))
+    p = kernels.plan(5, n, sms, True, x_bytes)
+    assert p.fwd_chunked and not p.looped and p.fwd_programs == 5
+    assert not kernels.plan(5, n, sms, False, x_bytes).fwd_chunked
+    wide, gamma, _ = make_inputs((5, n + 1), dtype, device)
+    gamma = gamma[:n].contiguous()
+    for x in (wide[:, :n].contiguous(), wide.view(-1)[1:1 + 5 * n].view(5, n)):
+        c = compare(kernels.rmsnorm_forward(x, gamma, 1e-6), rmsnorm_reference(x, gamma, 1e-6))
+        assert c.ok, f"aligned={kernels.rows_aligned(x)}: max abs {c.max_abs:.3g} over {c.tolerance}"
 
 
 @pytest.mark.parametrize("x_bytes, gamma_bytes", [(4, 4), (2, 4), (2, 2)], ids=["float32", "mixed", "half"])

@@ -538,7 +538,7 @@ SWEEP_VARIANTS: dict[str, dict] = {
     "single_8192w16": {"SINGLE_TILE_ELEMENTS": 8192, "SINGLE_WARPS": 16},
     # Whole rows, forward: warps, persistent programs and pipelining depth (aligned rows, then rows that
     # start off a 16-byte boundary).
-    "fwd_one_row_tiles": {"FWD_TILE_OVERRIDES": {}},
+    "fwd_whole_rows": {"FWD_CHUNKED_ROWS": {}},
     "fwd_pps2_s3": {"FWD_PROGRAMS_PER_SM": 2, "FWD_STAGES": 3},
     "unaligned_one_per_tile": {"UNALIGNED_FWD_PROGRAMS_PER_SM": 0, "UNALIGNED_FWD_STAGES": 1},
     "unaligned_pps1_s3": {"UNALIGNED_FWD_PROGRAMS_PER_SM": 1, "UNALIGNED_FWD_STAGES": 3},
@@ -568,9 +568,9 @@ SWEEP_VARIANTS: dict[str, dict] = {
 SWEEP_SHAPES: dict[tuple[int, int, str], tuple[str, ...]] = {
     (128, 257, "float32"): ("base", "single_off", "single_8192w16", "unaligned_one_per_tile"),
     (4096, 4096, "bfloat16"): ("base", "base_again", "bwd_s1"),
-    (32768, 4096, "float32"): ("base", "base_again", "fwd_one_row_tiles", "fwd_pps2_s3", "bwd_s1", "bwd_s2", "bwd_s4", "bwd_s3_pps2",
+    (32768, 4096, "float32"): ("base", "base_again", "fwd_whole_rows", "fwd_pps2_s3", "bwd_s1", "bwd_s2", "bwd_s4", "bwd_s3_pps2",
                                "bwd4096w8", "bwd4096w32"),
-    (16384, 8192, "bfloat16"): ("base", "base_again", "fwd_one_row_tiles", "fwd_pps2_s3", "bwd_s1", "bwd_s2", "bwd_s4", "bwd_s3_pps2",
+    (16384, 8192, "bfloat16"): ("base", "base_again", "fwd_whole_rows", "fwd_pps2_s3", "bwd_s1", "bwd_s2", "bwd_s4", "bwd_s3_pps2",
                                 "bwd8192w32"),
     (8192, 4097, "float16"): ("base", "base_again", "unaligned_one_per_tile", "unaligned_pps1_s3", "unaligned_pps2_s3",
                               "unaligned_pps4_s2", "bwd_s1", "bwd_s3_pps2", "bwd8192w32"),

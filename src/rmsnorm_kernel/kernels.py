@@ -252,11 +252,12 @@ WHOLE_ROW_TABLE: dict[int, tuple[int, int, int]] = {
     64: (16, 2, 2), 128: (16, 4, 4), 256: (8, 4, 4), 512: (4, 4, 4), 1024: (2, 4, 4), 2048: (1, 4, 8),
     4096: (1, 8, 16), 8192: (1, 8, 16),
 }
-#: Whole-row forward tiles that differ from WHOLE_ROW_TABLE for rows that start on a 16-byte boundary, by
-#: (BLOCK_N, bytes per element of x): (rows per tile, warps). Rows of 16 KiB read two to a tile measured 2% faster on an H200 (32768 x 4096 float32
-#: 258 against 263 us, 16384 x 8192 bfloat16 131 against 134); rows of 8 KiB (4096 half, 2048 float32) and
-#: 32 KiB (8192 float32) did not gain from more rows per tile (docs/performance-notes.md, v4).
-FWD_TILE_OVERRIDES: dict[tuple[int, int], tuple[int, int]] = {(4096, 4): (2, 16), (8192, 2): (2, 8)}
+#: Aligned rows that the forward reads through the two-pass chunked kernel (the looped rows' kernel, one
+#: program per row) rather than the whole-row one, by (BLOCK_N, bytes per element of x): (chunk, warps).
+#: Rows of 16 KiB measured faster that way on an H200 (docs/performance-notes.md, v4): 32768 x 4096
+#: float32 252 us (100% of the copy bandwidth) against 257 for two-row whole-row tiles, 16384 x 8192
+#: bfloat16 128.5 against 131; the second read of x comes from L2. Other sizes were not measured.
+FWD_CHUNKED_ROWS: dict[tuple[int, int], tuple[int, int]] = {(4096, 4): (2048, 16), (8192, 2): (8192, 8)}
 #: Whole-row forward programs per multiprocessor when it runs persistent (0: one program per row tile,
 #: the grid covering every tile), for rows whose start is 16-byte aligned and for the others. Aligned
 #: rows are read in 16-byte vectors and one program per tile measured best; unaligned ones (N = 4097 in
@@ -357,7 +358,10 @@ class Plan:
 
     #: Rows wider than ROW_LIMIT: the forward walks them in column chunks, the backward takes two steps.
     looped: bool
-    #: Lanes per row (whole rows) or per chunk (looped) of the forward.
+    #: The forward runs the two-pass chunked kernel, one program per row (all looped rows, and the
+    #: aligned rows of FWD_CHUNKED_ROWS).
+    fwd_chunked: bool
+    #: Lanes per row (whole-row forward) or per chunk (chunked forward).
     block_n: int
     fwd_block_m: int
     fwd_warps: int
@@ -378,20 +382,22 @@ class Plan:
 
 def _forward_plan(rows: int, n: int, sms: int, aligned: bool, x_bytes: int, gamma_bytes: int, smem: int) -> dict:
     block_n = block_size(n)
-    if block_n <= ROW_LIMIT:
+    if block_n <= ROW_LIMIT and not (aligned and (block_n, x_bytes) in FWD_CHUNKED_ROWS):
         block_m, warps, _ = WHOLE_ROW_TABLE[block_n]
-        if aligned:  # measured on aligned rows only; unaligned ones have their own plan below
-            block_m, warps = FWD_TILE_OVERRIDES.get((block_n, x_bytes), (block_m, warps))
         tiles = triton.cdiv(rows, block_m)
         per_sm, stages = (FWD_PROGRAMS_PER_SM, FWD_STAGES) if aligned else (UNALIGNED_FWD_PROGRAMS_PER_SM, UNALIGNED_FWD_STAGES)
         programs = min(tiles, per_sm * sms) if per_sm > 0 else tiles
         # Pipelining needs a second tile to fetch: with one tile per program it only adds a prologue
         # (128 x 257 float32 on an H200: 15 us of GPU time against 4).
         stages = _stages(stages, block_m * block_n * x_bytes, smem) if programs < tiles else 1
-        return dict(looped=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps, fwd_programs=programs,
-                    fwd_stages=stages)
+        return dict(looped=False, fwd_chunked=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps,
+                    fwd_programs=programs, fwd_stages=stages)
+    if block_n <= ROW_LIMIT:
+        chunk, warps = FWD_CHUNKED_ROWS[(block_n, x_bytes)]
+        return dict(looped=False, fwd_chunked=True, block_n=chunk, fwd_block_m=1, fwd_warps=warps, fwd_programs=rows,
+                    fwd_stages=1)
     chunk, warps = LOOP_TABLE[min(max(block_n, min(LOOP_TABLE)), max(LOOP_TABLE))]
-    return dict(looped=True, block_n=chunk, fwd_block_m=1, fwd_warps=warps, fwd_programs=rows,
+    return dict(looped=True, fwd_chunked=True, block_n=chunk, fwd_block_m=1, fwd_warps=warps, fwd_programs=rows,
                 fwd_stages=_stages(LOOP_FWD_STAGES, chunk * (x_bytes + gamma_bytes), smem))
 
 
@@ -547,7 +553,7 @@ def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, p: Plan | 
     stride = x2.stride(0)
     key = (x.get_device(), x.dtype, gamma.dtype, rows, n, stride, *_address_key(x2, gamma, y))
     p = p or plan_for(x2, gamma)
-    if p.looped:
+    if p.fwd_chunked:
         _launch(_rmsnorm_fwd_looped_kernel, (p.fwd_programs,), (x2, gamma, y, n, stride, n, eps),
                 (("BLOCK_N", p.block_n), ("STAGES", p.fwd_stages), ("EVEN_N", n % p.block_n == 0)), p.fwd_warps, key)
     else:

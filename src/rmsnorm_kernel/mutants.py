@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .kernels import plan_for
+from .kernels import _device_limits, plan, plan_for
 
 
 @triton.jit
@@ -68,6 +68,9 @@ def _whole_row_plan(x2: torch.Tensor, gamma: torch.Tensor, n: int):
     p = plan_for(x2, gamma)
     if p.looped:
         raise ValueError(f"mutants: N = {n} takes the looped kernels, which have no BLOCK-denominator copy")
+    if p.fwd_chunked:  # aligned rows the chunked forward takes: the whole-row plan of unaligned rows instead
+        sms, smem = _device_limits(x2.get_device())
+        p = plan(x2.shape[0], n, sms, False, x2.element_size(), gamma.element_size(), smem)
     return p
 
 
