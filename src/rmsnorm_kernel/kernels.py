@@ -12,7 +12,9 @@ Two shapes of kernel, chosen by the row length N:
   registers, so x and dy are read from memory once. The lanes past N are masked and read as 0: they add
   nothing to the sums, but they are not elements, so every mean divides by N, never by BLOCK_N.
 - Looped rows (N > ROW_LIMIT, up to contract.MAX_N = 65536): a row does not fit in one program's
-  registers, so the kernels walk it in column chunks of BLOCK_N.
+  registers, so the kernels walk it in column chunks of BLOCK_N. The forward reads each row twice (the
+  sum of squares, then y), the second time from L2. That two-pass forward also measured faster than the
+  whole-row one for aligned rows of 16 KiB (FWD_CHUNKED_ROWS), so it runs those too.
 
 The backward recomputes r from the row of x it loads anyway rather than reading a saved copy: the
 custom op returns y alone, and the recomputation costs arithmetic, not memory traffic.
@@ -121,7 +123,7 @@ def _rmsnorm_bwd_kernel(
 
 
 # --------------------------------------------------------------------------------------------------
-# Looped rows (N > ROW_LIMIT): forward
+# Looped rows (N > ROW_LIMIT), and the aligned rows of FWD_CHUNKED_ROWS: forward in two passes
 # --------------------------------------------------------------------------------------------------
 
 
