@@ -258,7 +258,8 @@ WHOLE_ROW_TABLE: dict[int, tuple[int, int, int]] = {
 #: program per row) rather than the whole-row one, by (BLOCK_N, bytes per element of x): (chunk, warps).
 #: Rows of 16 KiB measured faster that way on an H200 (docs/performance-notes.md, v4): 32768 x 4096
 #: float32 252 us (100% of the copy bandwidth) against 257 for two-row whole-row tiles, 16384 x 8192
-#: bfloat16 128.5 against 131; the second read of x comes from L2. Other sizes were not measured.
+#: bfloat16 128.5 against 131; the second read of x comes from L2. Keyed by BLOCK_N, an entry covers
+#: N = 2049-4096 (float32) and 4097-8192 (half precision); only N = 4096 and 8192 were measured.
 FWD_CHUNKED_ROWS: dict[tuple[int, int], tuple[int, int]] = {(4096, 4): (2048, 16), (8192, 2): (8192, 8)}
 #: Whole-row forward programs per multiprocessor when it runs persistent (0: one program per row tile,
 #: the grid covering every tile), for rows whose start is 16-byte aligned and for the others. Aligned
