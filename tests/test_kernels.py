@@ -193,7 +193,7 @@ def test_rows_of_a_wider_tensor_are_read_in_place(n, device, monkeypatch):
     dy = make_inputs((6, n), torch.float32, device, seed=1)[2]
     x = wide[:, :n]
     assert not x.is_contiguous()
-    fwd_name = "_rmsnorm_fwd_looped_kernel" if n > kernels.ROW_LIMIT else "_rmsnorm_fwd_kernel"
+    fwd_name = "_rmsnorm_fwd_chunked_kernel" if kernels.plan_for(x, gamma).fwd_chunked else "_rmsnorm_fwd_kernel"
     bwd_name = "_rmsnorm_bwd_row_stats_kernel" if n > kernels.ROW_LIMIT else "_rmsnorm_bwd_kernel"
     spies = {name: _LaunchSpy(getattr(kernels, name)) for name in (fwd_name, bwd_name)}
     for name, spy in spies.items():

@@ -128,7 +128,7 @@ def _rmsnorm_bwd_kernel(
 
 
 @triton.jit
-def _rmsnorm_fwd_looped_kernel(
+def _rmsnorm_fwd_chunked_kernel(
     X, GAMMA, Y, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, EVEN_N: tl.constexpr,
 ):
     # One program per row. (A persistent loop over rows around the two passes measured 10-30% slower on
@@ -557,7 +557,7 @@ def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, p: Plan | 
     key = (x.get_device(), x.dtype, gamma.dtype, rows, n, stride, *_address_key(x2, gamma, y))
     p = p or plan_for(x2, gamma)
     if p.fwd_chunked:
-        _launch(_rmsnorm_fwd_looped_kernel, (p.fwd_programs,), (x2, gamma, y, n, stride, n, eps),
+        _launch(_rmsnorm_fwd_chunked_kernel, (p.fwd_programs,), (x2, gamma, y, n, stride, n, eps),
                 (("BLOCK_N", p.block_n), ("STAGES", p.fwd_stages), ("EVEN_N", n % p.block_n == 0)), p.fwd_warps, key)
     else:
         _launch(_rmsnorm_fwd_kernel, (p.fwd_programs,), (x2, gamma, y, rows, n, stride, n, eps),
