@@ -44,10 +44,10 @@ from pathlib import Path
 
 import torch
 
-from . import kernels
+from . import kernels, native
 from .backend import CUDA, backend
 from .contract import check_forward
-from .op import rmsnorm
+from .op import _RMSNormFunction, rmsnorm
 from .reference import DEFAULT_EPS, manual_backward, rmsnorm_reference
 from .tolerances import TOLERANCES, compare
 
@@ -673,6 +673,8 @@ def host_breakdown(device: str = "cuda", m: int = 128, n: int = 257, calls: int 
         "autograd.grad of a two-input Python Function": lambda: torch.autograd.grad(TwoInputs.apply(xl, gl, EPS), (xl, gl), dy),
         "autograd.grad of x * gamma (C++ autograd)": lambda: torch.autograd.grad(xl * gl, (xl, gl), dy),
         "rmsnorm fwd+bwd": lambda: torch.autograd.grad(rmsnorm(xl, gl, EPS), (xl, gl), dy),
+        "rmsnorm fwd+bwd, Python route": lambda: torch.autograd.grad(_RMSNormFunction.apply(xl, gl, EPS), (xl, gl), dy),
+        "native.apply fwd (C++ route)": lambda: native.apply(x, gamma, EPS),
         "F.rms_norm fwd": lambda: torch.nn.functional.rms_norm(x, (n,), gamma, EPS),
         "F.rms_norm fwd+bwd": lambda: torch.autograd.grad(torch.nn.functional.rms_norm(xl, (n,), gl, EPS), (xl, gl), dy),
     }

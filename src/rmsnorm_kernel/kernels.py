@@ -38,6 +38,7 @@ The launchers assume arguments that passed ``contract.check_forward``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from dataclasses import dataclass
@@ -499,12 +500,41 @@ def _launch(kernel, grid: tuple, args: tuple, constexprs: tuple, num_warps: int,
             metadata = compiled.launch_metadata(grid, stream, *full) if enter_hook is not None else None
             compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, 1, stream, compiled.function, compiled.packed_metadata,
                          metadata, enter_hook, _knobs.runtime.launch_exit_hook, *full)
+            if _recorded is not None:
+                _recorded.append(Launched(compiled, grid, full))
             return
         except Exception:  # this Triton's compiled-kernel interface differs: its own launcher from now on
             FAST_LAUNCH = False
     compiled = kernel[grid](*args, **dict(constexprs), num_warps=num_warps)
     if all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata", "launch_metadata")):
         cache[full_key] = compiled
+        if _recorded is not None:
+            _recorded.append(Launched(compiled, grid, (*args, *(v for _, v in constexprs))))
+
+
+@dataclass(frozen=True)
+class Launched:
+    """One launch as ``recording()`` saw it: Triton's compiled kernel, the grid, and every argument in
+    the kernel's order (constexprs included)."""
+
+    compiled: object
+    grid: tuple
+    args: tuple
+
+
+_recorded: list[Launched] | None = None
+
+
+@contextlib.contextmanager
+def recording():
+    """Collects the launches made through the fast launcher inside the block, in order (on the GPU,
+    with FAST_LAUNCH on; nothing otherwise). ``native.py`` builds its recipes from them."""
+    global _recorded
+    outer, _recorded = _recorded, []
+    try:
+        yield _recorded
+    finally:
+        _recorded = outer
 
 
 def _address_key(*tensors: torch.Tensor) -> tuple:

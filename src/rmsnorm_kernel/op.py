@@ -5,10 +5,11 @@ graph break), with a fake implementation for tracing and an autograd formula tha
 custom op, ``rmsnorm_kernel::rmsnorm_backward``, for dx and dgamma.
 
 ``rmsnorm()`` takes that op only while ``torch.compile`` traces. In eager code it checks the contract
-once and calls the launchers directly, through a plain ``torch.autograd.Function`` when a gradient is
-needed: the custom op's Python dispatch (autograd wrapper, fake-tensor bookkeeping, a second contract
-check) costs tens of microseconds per call, which is most of the time of a small RMSNorm on a GPU.
-Both routes run the same kernels and count the same calls.
+once and then, on the GPU, replays the kernels from C++ with a C++ autograd node (``native.py``) when it
+can; otherwise it calls the launchers directly, through a plain ``torch.autograd.Function`` when a
+gradient is needed. The custom op's Python dispatch (autograd wrapper, fake-tensor bookkeeping, a second
+contract check) costs tens of microseconds per call, which is most of the time of a small RMSNorm on a
+GPU. All routes run the same kernels and count the same calls.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import kernels
+from . import kernels, native
+from .backend import CUDA, backend
 from .contract import check_backward_scratch, check_forward
 from .reference import DEFAULT_EPS
 
@@ -26,13 +28,16 @@ _CALLS = {"forward": 0, "backward": 0}
 
 
 def call_counts() -> dict[str, int]:
-    """Calls of the Triton path since import or the last ``reset_call_counts()``: ``{"forward", "backward"}``."""
-    return dict(_CALLS)
+    """Calls of the Triton path since import or the last ``reset_call_counts()``: ``{"forward", "backward"}``,
+    whichever route (Python or C++) made them."""
+    forward, backward = native.call_counts()
+    return {"forward": _CALLS["forward"] + forward, "backward": _CALLS["backward"] + backward}
 
 
 def reset_call_counts() -> None:
     for key in _CALLS:
         _CALLS[key] = 0
+    native.reset_call_counts()
 
 
 @torch.library.custom_op("rmsnorm_kernel::rmsnorm", mutates_args=())
@@ -131,6 +136,10 @@ def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS) -> Tensor:
     if torch.compiler.is_compiling() or type(x) is not Tensor or type(gamma) not in _PLAIN:
         # Tracing, fake tensors and tensor subclasses go through the registered op.
         return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps)
+    if _ON_GPU:
+        y = native.apply(x, gamma, eps)  # the C++ route; None when it cannot take these arguments
+        if y is not None:
+            return y
     if needs_grad:
         return _RMSNormFunction.apply(x, gamma, eps)
     _CALLS["forward"] += 1
@@ -138,3 +147,4 @@ def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS) -> Tensor:
 
 
 _PLAIN = (Tensor, torch.nn.Parameter)
+_ON_GPU = backend() == CUDA

@@ -1,0 +1,116 @@
+"""The C++ route (native.py, native.cpp): on the GPU it replays the Python route's launches bit for bit,
+and everything it cannot take goes to the Python route; off the GPU it stays off."""
+
+import pytest
+import torch
+
+from rmsnorm_kernel import call_counts, kernels, native, reset_call_counts, rmsnorm
+from rmsnorm_kernel.op import _RMSNormFunction
+
+from .conftest import DEVICE, make_inputs
+
+EPS = 1e-6
+gpu_only = pytest.mark.skipif(DEVICE != "cuda", reason="the C++ route runs on the GPU only (the first test checks that it stays off on the CPU)")
+
+
+def _fwd_bwd(fn, x, gamma, dy):
+    xl, gl = x.clone().requires_grad_(), gamma.clone().requires_grad_()
+    y = fn(xl, gl, EPS)
+    dx, dgamma = torch.autograd.grad(y, (xl, gl), dy)
+    return y, dx, dgamma
+
+
+def _takes_cpp_route(y: torch.Tensor) -> bool:
+    return y.grad_fn is not None and "RMSNormNative" in y.grad_fn.name()
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="checks the CPU (interpreter) machine")
+def test_cpu_takes_the_python_route_and_never_builds_the_extension():
+    x, gamma, _ = make_inputs((4, 32), torch.float32, DEVICE)
+    y = rmsnorm(x.requires_grad_(), gamma, EPS)
+    assert native.apply(x, gamma, EPS) is None
+    assert native.extension() is None
+    assert type(y.grad_fn).__name__ == "_RMSNormFunctionBackward"
+
+
+# Shapes that reach each plan: one-program backward, several programs plus the column sum, the 16 KiB
+# chunked forward, looped rows with a whole and a partial last chunk, mixed precision, and 3-d x.
+SHAPES = [
+    ((128, 257), torch.float32, None),
+    ((32, 257), torch.float32, None),
+    ((2, 64, 1024), torch.bfloat16, None),
+    ((4096, 1024), torch.float32, None),
+    ((512, 4096), torch.float16, torch.float32),
+    ((256, 4096), torch.float32, None),
+    ((64, 8192), torch.bfloat16, None),
+    ((16, 65536), torch.bfloat16, None),
+    ((8, 20000), torch.float32, None),
+]
+
+
+@gpu_only
+@pytest.mark.parametrize("shape, dtype, gamma_dtype", SHAPES)
+def test_cpp_route_gives_the_python_routes_bits(shape, dtype, gamma_dtype):
+    x, gamma, dy = make_inputs(shape, dtype, DEVICE, gamma_dtype)
+    y_py, dx_py, dg_py = _fwd_bwd(_RMSNormFunction.apply, x, gamma, dy)
+    for _ in range(2):  # the first call records the recipe, the second replays it
+        y, dx, dgamma = _fwd_bwd(rmsnorm, x, gamma, dy)
+        assert _takes_cpp_route(y)
+        assert torch.equal(y, y_py) and torch.equal(dx, dx_py) and torch.equal(dgamma, dg_py)
+        with torch.no_grad():
+            assert torch.equal(rmsnorm(x, gamma, EPS), y_py)
+
+
+@gpu_only
+def test_cpp_route_counts_each_forward_and_backward():
+    x, gamma, dy = make_inputs((64, 512), torch.float32, DEVICE)
+    _fwd_bwd(rmsnorm, x, gamma, dy)  # records the recipe
+    reset_call_counts()
+    y, _, _ = _fwd_bwd(rmsnorm, x, gamma, dy)
+    with torch.no_grad():
+        rmsnorm(x, gamma, EPS)
+    assert _takes_cpp_route(y)
+    assert call_counts() == {"forward": 2, "backward": 1}
+    assert native.call_counts() == (2, 1)
+
+
+@gpu_only
+def test_cpp_route_reads_a_broadcast_gradient():
+    x, gamma, _ = make_inputs((48, 300), torch.float32, DEVICE)
+    grads = []
+    for fn in (_RMSNormFunction.apply, rmsnorm):
+        xl, gl = x.clone().requires_grad_(), gamma.clone().requires_grad_()
+        y = fn(xl, gl, EPS)
+        y.sum().backward()  # dy is a stride-0 expand of a scalar
+        grads.append((xl.grad, gl.grad))
+    assert _takes_cpp_route(y)
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+
+
+@gpu_only
+def test_rows_off_a_16_byte_boundary_and_strided_rows_take_the_python_route():
+    wide, gamma, _ = make_inputs((64, 1028), torch.float32, DEVICE)
+    for x in (wide[:, 1:1025], wide[:, :1024]):  # unaligned start; aligned but strided rows
+        xl = x.detach().requires_grad_()
+        y = rmsnorm(xl, gamma.detach().requires_grad_(), EPS)
+        assert not _takes_cpp_route(y)
+        assert type(y.grad_fn).__name__ == "_RMSNormFunctionBackward"
+
+
+@gpu_only
+def test_cpp_route_is_bypassed_when_disabled(monkeypatch):
+    monkeypatch.setattr(native, "_extension", None)
+    monkeypatch.setattr(native, "_built", True)
+    x, gamma, dy = make_inputs((16, 128), torch.float32, DEVICE)
+    y, _, _ = _fwd_bwd(rmsnorm, x, gamma, dy)
+    assert not _takes_cpp_route(y)
+
+
+@gpu_only
+def test_recording_sees_every_launch_of_a_call():
+    x, gamma, dy = make_inputs((4096, 1024), torch.float32, DEVICE)
+    kernels.rmsnorm_backward(dy, x, gamma, EPS)  # compiled and cached
+    with kernels.recording() as launches:
+        kernels.rmsnorm_backward(dy, x, gamma, EPS)
+    assert kernels.plan_for(x, gamma).partial_rows > 0  # this shape runs the column sum too
+    assert len(launches) == 2
