@@ -1,6 +1,9 @@
 """The C++ route (native.py, native.cpp): on the GPU it replays the Python route's launches bit for bit,
 and everything it cannot take goes to the Python route; off the GPU it stays off."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -90,6 +93,7 @@ def test_cpp_route_reads_a_broadcast_gradient():
 @gpu_only
 def test_rows_off_a_16_byte_boundary_and_strided_rows_take_the_python_route():
     wide, gamma, _ = make_inputs((64, 1028), torch.float32, DEVICE)
+    gamma = gamma[:1024]
     for x in (wide[:, 1:1025], wide[:, :1024]):  # unaligned start; aligned but strided rows
         xl = x.detach().requires_grad_()
         y = rmsnorm(xl, gamma.detach().requires_grad_(), EPS)
@@ -114,3 +118,22 @@ def test_recording_sees_every_launch_of_a_call():
         kernels.rmsnorm_backward(dy, x, gamma, EPS)
     assert kernels.plan_for(x, gamma).partial_rows > 0  # this shape runs the column sum too
     assert len(launches) == 2
+
+
+@gpu_only
+def test_cpp_route_backward_runs_as_the_first_cuda_work_of_a_fresh_process():
+    # Autograd's device thread may have no current CUDA context when the C++ backward first launches.
+    script = (
+        "import torch\n"
+        "from rmsnorm_kernel import rmsnorm\n"
+        "x = torch.randn(64, 256, device='cuda', requires_grad=True)\n"
+        "g = torch.ones(256, device='cuda', requires_grad=True)\n"
+        "for _ in range(2):\n"
+        "    y = rmsnorm(x, g)\n"
+        "    assert 'RMSNormNative' in y.grad_fn.name(), y.grad_fn.name()\n"
+        "    y.sum().backward()\n"
+        "torch.cuda.synchronize()\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]

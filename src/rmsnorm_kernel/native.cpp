@@ -35,11 +35,25 @@ using LaunchKernel = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsi
                                   unsigned, CUstream, void**, void**);
 using FuncGetParamInfo = CUresult (*)(CUfunction, size_t, size_t*, size_t*);
 using GetErrorString = CUresult (*)(CUresult, const char**);
+using CtxGetCurrent = CUresult (*)(CUcontext*);
+using CtxGetDevice = CUresult (*)(CUdevice*);
+using CtxSetCurrent = CUresult (*)(CUcontext);
+using DeviceGet = CUresult (*)(CUdevice*, int);
+using PrimaryCtxRetain = CUresult (*)(CUcontext*, CUdevice);
 
 struct Driver {
   LaunchKernel launch = nullptr;
   FuncGetParamInfo param_info = nullptr;  // CUDA >= 12.4: the compiled kernel's parameter layout
   GetErrorString error_string = nullptr;
+  CtxGetCurrent ctx_get_current = nullptr;
+  CtxGetDevice ctx_get_device = nullptr;
+  CtxSetCurrent ctx_set_current = nullptr;
+  DeviceGet device_get = nullptr;
+  PrimaryCtxRetain primary_ctx_retain = nullptr;
+  bool complete() const {
+    return launch && error_string && ctx_get_current && ctx_get_device && ctx_set_current && device_get &&
+           primary_ctx_retain;
+  }
 };
 
 const Driver& driver() {
@@ -50,9 +64,41 @@ const Driver& driver() {
     out.launch = reinterpret_cast<LaunchKernel>(dlsym(lib, "cuLaunchKernel"));
     out.param_info = reinterpret_cast<FuncGetParamInfo>(dlsym(lib, "cuFuncGetParamInfo"));
     out.error_string = reinterpret_cast<GetErrorString>(dlsym(lib, "cuGetErrorString"));
+    out.ctx_get_current = reinterpret_cast<CtxGetCurrent>(dlsym(lib, "cuCtxGetCurrent"));
+    out.ctx_get_device = reinterpret_cast<CtxGetDevice>(dlsym(lib, "cuCtxGetDevice"));
+    out.ctx_set_current = reinterpret_cast<CtxSetCurrent>(dlsym(lib, "cuCtxSetCurrent"));
+    out.device_get = reinterpret_cast<DeviceGet>(dlsym(lib, "cuDeviceGet"));
+    out.primary_ctx_retain = reinterpret_cast<PrimaryCtxRetain>(dlsym(lib, "cuDevicePrimaryCtxRetain"));
     return out;
   }();
   return d;
+}
+
+void check(CUresult status, const char* what) {
+  if (status == CUDA_SUCCESS) return;
+  const char* message = "unknown error";
+  driver().error_string(status, &message);
+  TORCH_CHECK(false, "rmsnorm (triton, native): ", what, " failed: ", message);
+}
+
+// Makes the device's primary context (where Triton loaded the kernels, and where PyTorch works)
+// current on this thread. The runtime API does that lazily, so a thread that has only used cached
+// memory so far, such as autograd's device thread, may have no current context yet.
+void ensure_context(int device) {
+  CUcontext current = nullptr;
+  check(driver().ctx_get_current(&current), "cuCtxGetCurrent");
+  if (current != nullptr) {
+    CUdevice on = 0;
+    check(driver().ctx_get_device(&on), "cuCtxGetDevice");
+    CUdevice wanted = 0;
+    check(driver().device_get(&wanted, device), "cuDeviceGet");
+    if (on == wanted) return;
+  }
+  CUdevice wanted = 0;
+  check(driver().device_get(&wanted, device), "cuDeviceGet");
+  CUcontext primary = nullptr;
+  check(driver().primary_ctx_retain(&primary, wanted), "cuDevicePrimaryCtxRetain");
+  check(driver().ctx_set_current(primary), "cuCtxSetCurrent");
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -127,6 +173,7 @@ const Recipe* find_recipe(const at::Tensor& x, const at::Tensor& gamma) {
 void run(const std::vector<Launch>& launches, const std::vector<at::Tensor>& slots, double eps,
          const at::Tensor& on) {
   const c10::cuda::CUDAGuard guard(on.device());
+  ensure_context(on.get_device());
   const CUstream stream = at::cuda::getCurrentCUDAStream(on.get_device()).stream();
   const float eps32 = static_cast<float>(eps);
   for (const Launch& l : launches) {
@@ -153,13 +200,9 @@ void run(const std::vector<Launch>& launches, const std::vector<at::Tensor>& slo
       }
     }
     for (size_t i = 0; i < cells.size(); ++i) params[i] = &cells[i];
-    const CUresult status = driver().launch(l.function, l.grid_x, l.grid_y, 1, l.threads, 1, 1, l.shared, stream,
-                                            params.data(), nullptr);
-    if (status != CUDA_SUCCESS) {
-      const char* message = "unknown error";
-      if (driver().error_string != nullptr) driver().error_string(status, &message);
-      TORCH_CHECK(false, "rmsnorm (triton, native): kernel launch failed: ", message);
-    }
+    check(driver().launch(l.function, l.grid_x, l.grid_y, 1, l.threads, 1, 1, l.shared, stream, params.data(),
+                          nullptr),
+          "kernel launch");
   }
 }
 
@@ -270,7 +313,7 @@ std::vector<Launch> to_launches(const std::vector<LaunchSpec>& specs, bool& ok) 
 // these kernels this way: no libcuda, no cuFuncGetParamInfo, or a parameter layout other than recorded.
 bool add_recipe(const at::Tensor& x, const at::Tensor& gamma, const std::vector<LaunchSpec>& forward,
                 const std::vector<LaunchSpec>& backward, const std::vector<at::Tensor>& scratch) {
-  if (driver().launch == nullptr) return false;
+  if (!driver().complete()) return false;
   bool ok = true;
   auto r = std::make_unique<Recipe>();
   r->forward = to_launches(forward, ok);
