@@ -137,3 +137,16 @@ def test_cpp_route_backward_runs_as_the_first_cuda_work_of_a_fresh_process():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+@gpu_only
+def test_a_key_whose_backward_the_contract_refuses_is_not_recorded(monkeypatch):
+    from rmsnorm_kernel import contract
+
+    x, gamma, _ = make_inputs((100, 4096), torch.float32, DEVICE)
+    monkeypatch.setattr(contract, "DGAMMA_SCRATCH_BUDGET_BYTES", 0)
+    monkeypatch.setattr(kernels, "rmsnorm_backward", lambda *a: pytest.fail("recording ran the backward"))
+    with torch.no_grad():
+        y = rmsnorm(x, gamma, EPS)
+    assert torch.equal(y, kernels.rmsnorm_forward(x, gamma, EPS))
+    assert native.extension().apply(x, gamma, EPS) is None  # no recipe was stored for this key

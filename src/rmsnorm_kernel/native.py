@@ -35,6 +35,7 @@ import torch
 
 from . import kernels
 from .backend import CUDA, backend, log
+from .contract import ContractError, check_backward_scratch
 
 #: RMSNORM_KERNEL_NATIVE=0 turns the C++ route off (the Python route runs every call).
 ENABLED = os.environ.get("RMSNORM_KERNEL_NATIVE", "1") != "0"
@@ -114,6 +115,12 @@ def _record(ext, x: torch.Tensor, gamma: torch.Tensor, eps: float) -> bool:
     rows = x.numel() // n if n else 0
     key = (x.device, x.dtype, gamma.dtype, rows, n)
     if rows == 0 or key in _unsupported:
+        return False
+    try:
+        # Recording runs the backward once too (on a zero dy), so only a key whose backward the
+        # contract accepts is recorded; a forward-only call of any other key takes the Python route.
+        check_backward_scratch(x)
+    except ContractError:
         return False
     with torch.no_grad(), torch.cuda.device(x.device):  # Triton loads the kernels for the current device
         xs, gs = x.detach(), gamma.detach()
