@@ -150,3 +150,47 @@ def test_a_key_whose_backward_the_contract_refuses_is_not_recorded(monkeypatch):
         y = rmsnorm(x, gamma, EPS)
     assert torch.equal(y, kernels.rmsnorm_forward(x, gamma, EPS))
     assert native.extension().apply(x, gamma, EPS) is None  # no recipe was stored for this key
+
+
+# The recipe description (native._specs) is plain Python over Triton's compiled-kernel objects; these
+# stand-ins carry only the attributes it reads, so it is checked on every machine.
+
+
+def _compiled(arg_names, signature, **meta):
+    from types import SimpleNamespace
+
+    defaults = dict(num_warps=4, shared=1024, num_ctas=1, global_scratch_size=0, profile_scratch_size=0)
+    return SimpleNamespace(
+        src=SimpleNamespace(fn=SimpleNamespace(arg_names=arg_names), signature=signature),
+        metadata=SimpleNamespace(**{**defaults, **meta}),
+        function=0xABC,
+    )
+
+
+def test_specs_number_tensor_slots_then_scratch_and_classify_each_argument():
+    dy, x, gamma, dx, dgamma = (torch.empty(8, 16) for _ in range(5))
+    partial = torch.empty(3, 16, dtype=torch.float64)
+    names = ["DY", "X", "P", "M", "N", "stride", "eps", "BLOCK"]
+    sig = {"DY": "*fp32", "X": "*fp32", "P": "*fp64", "M": "i32", "N": "constexpr", "stride": "i64", "eps": "fp32",
+           "BLOCK": "constexpr"}
+    launched = kernels.Launched(_compiled(names, sig), (5,), (dy, x[:4], partial, 8, 1, 2**40, EPS, 64))
+    scratch = []
+    specs = native._specs([launched, launched], [dy, x, gamma, dx, dgamma], scratch, EPS)
+    assert scratch == [partial]  # found once, numbered after the five slots
+    args = [(native._TENSOR, 0), (native._TENSOR, 1), (native._TENSOR, 5), (native._I32, 8), (native._I64, 2**40),
+            (native._EPS, 0)]
+    assert specs == [(0xABC, 5, 1, 128, 1024, args)] * 2
+
+
+@pytest.mark.parametrize("change", ["global scratch", "clusters", "other float", "unknown tensor", "no launch"])
+def test_specs_refuse_what_the_cpp_route_cannot_replay(change):
+    x, gamma, y = torch.empty(4, 8), torch.empty(8), torch.empty(4, 8)
+    meta = {"global scratch": {"global_scratch_size": 128}, "clusters": {"num_ctas": 2}}.get(change, {})
+    eps = 0.5 if change == "other float" else EPS
+    y_arg = torch.empty(4, 8) if change == "unknown tensor" else y
+    compiled = _compiled(["X", "G", "Y", "eps"], {"X": "*fp32", "G": "*fp32", "Y": "*fp32", "eps": "fp32"}, **meta)
+    launches = [] if change == "no launch" else [kernels.Launched(compiled, (1,), (x, gamma, y_arg, eps))]
+    assert native._specs(launches, [x, gamma, y], None, EPS) is None
+    ok = kernels.Launched(_compiled(["X", "G", "Y", "eps"], {"X": "*fp32", "G": "*fp32", "Y": "*fp32", "eps": "fp32"}),
+                          (1,), (x, gamma, y, EPS))
+    assert native._specs([ok], [x, gamma, y], None, EPS) is not None  # the unchanged launch is accepted
