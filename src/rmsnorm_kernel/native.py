@@ -21,9 +21,9 @@ and the pointer alignment that Triton specialized on. Everything else takes the 
 ``torch.compile`` tracing, tensor subclasses and the CPU interpreter.
 
 The extension is compiled with ``torch.utils.cpp_extension`` at the first call on a GPU. That needs a C++
-compiler and the CUDA headers, takes about 35 s (16-core H200 host), and is cached per torch version. If it cannot be
-built, the Python route runs and a warning says why. Set ``RMSNORM_KERNEL_NATIVE=0`` to always take the
-Python route.
+compiler and the CUDA headers, takes about 35 s (on the H200 machine's host), and is cached per torch
+version. If it cannot be built, the Python route runs and a warning says why. Set
+``RMSNORM_KERNEL_NATIVE=0`` to always take the Python route.
 """
 
 from __future__ import annotations
