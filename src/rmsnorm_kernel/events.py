@@ -9,8 +9,9 @@ from pathlib import Path
 def read_scalars(log_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar of a TensorBoard run directory: tag -> [(step, value), ...] in step order.
 
-    Restart markers written by a resumed run are honoured: values logged after the restart step by the
-    interrupted process are dropped, so each step keeps one value.
+    TensorBoard's ``EventAccumulator`` purges orphaned data (its default): when a resumed run's events
+    restart at an earlier step, the interrupted process's values from that step on are dropped, so each
+    step keeps one value.
     """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -469,49 +469,6 @@ def max_dgamma_scratch_rows(n: int, device: torch.device) -> int:
 FAST_LAUNCH = os.environ.get("RMSNORM_KERNEL_FAST_LAUNCH", "1") != "0" and _knobs is not None
 
 
-def _launch(kernel, grid: tuple, args: tuple, constexprs: tuple, num_warps: int, key: tuple) -> None:
-    """``kernel[grid](*args, **dict(constexprs), num_warps=num_warps)``, the constexprs last in the
-    kernel's signature, in order.
-
-    ``key`` stands for the arguments' part of Triton's specialization, which the caller builds from what
-    it already has in hand: the tensors' device, dtypes and addresses modulo 16 (Triton
-    specializes pointers on 16-byte alignment), and the integer arguments' values (finer than Triton's
-    own "equal to 1, divisible by 16, fits in int32", so never coarser). A compiled kernel is reused only
-    for the same key, constexprs and warps.
-    """
-    global FAST_LAUNCH
-    if not (FAST_LAUNCH and _ON_GPU):
-        kernel[grid](*args, **dict(constexprs), num_warps=num_warps)
-        return
-    cache = kernel.__dict__.get("_rmsnorm_compiled")  # kept on the kernel object: no hashing of it per call
-    if cache is None:
-        cache = kernel.__dict__["_rmsnorm_compiled"] = {}
-    # Triton compiles and launches for the current device (the caller's ``torch.cuda.device``), whatever
-    # device the tensors are on: so does this.
-    device = _driver.active.get_current_device()
-    full_key = (device, key, constexprs, num_warps)
-    compiled = cache.get(full_key)
-    if compiled is not None:
-        try:
-            stream = _driver.active.get_current_stream(device)
-            full = (*args, *(v for _, v in constexprs))
-            enter_hook = _knobs.runtime.launch_enter_hook
-            # Triton's launch_metadata returns None unless a launch hook (a profiler) is installed.
-            metadata = compiled.launch_metadata(grid, stream, *full) if enter_hook is not None else None
-            compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, 1, stream, compiled.function, compiled.packed_metadata,
-                         metadata, enter_hook, _knobs.runtime.launch_exit_hook, *full)
-            if _recorded is not None:
-                _recorded.append(Launched(compiled, grid, full))
-            return
-        except Exception:  # this Triton's compiled-kernel interface differs: its own launcher from now on
-            FAST_LAUNCH = False
-    compiled = kernel[grid](*args, **dict(constexprs), num_warps=num_warps)
-    if all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata", "launch_metadata")):
-        cache[full_key] = compiled
-        if _recorded is not None:
-            _recorded.append(Launched(compiled, grid, (*args, *(v for _, v in constexprs))))
-
-
 @dataclass(frozen=True)
 class Launched:
     """One launch as ``recording()`` saw it: Triton's compiled kernel, the grid, and every argument in
@@ -535,6 +492,49 @@ def recording():
         yield _recorded
     finally:
         _recorded = outer
+
+
+def _launch(kernel, grid: tuple, args: tuple, constexprs: tuple, num_warps: int, key: tuple) -> None:
+    """``kernel[grid](*args, **dict(constexprs), num_warps=num_warps)``, the constexprs last in the
+    kernel's signature, in order.
+
+    ``key`` stands for the arguments' part of Triton's specialization, which the caller builds from what
+    it already has in hand: the tensors' device, dtypes and addresses modulo 16 (Triton
+    specializes pointers on 16-byte alignment), and the integer arguments' values (finer than Triton's
+    own "equal to 1, divisible by 16, fits in int32", so never coarser). A compiled kernel is reused only
+    for the same key, constexprs and warps.
+    """
+    global FAST_LAUNCH
+    if not (FAST_LAUNCH and _ON_GPU):
+        kernel[grid](*args, **dict(constexprs), num_warps=num_warps)
+        return
+    cache = kernel.__dict__.get("_rmsnorm_compiled")  # kept on the kernel object: no hashing of it per call
+    if cache is None:
+        cache = kernel.__dict__["_rmsnorm_compiled"] = {}
+    # Triton compiles and launches for the current device (the caller's ``torch.cuda.device``), whatever
+    # device the tensors are on: so does this.
+    device = _driver.active.get_current_device()
+    full_key = (device, key, constexprs, num_warps)
+    full = (*args, *(v for _, v in constexprs))
+    compiled = cache.get(full_key)
+    if compiled is not None:
+        try:
+            stream = _driver.active.get_current_stream(device)
+            enter_hook = _knobs.runtime.launch_enter_hook
+            # Triton's launch_metadata returns None unless a launch hook (a profiler) is installed.
+            metadata = compiled.launch_metadata(grid, stream, *full) if enter_hook is not None else None
+            compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, 1, stream, compiled.function, compiled.packed_metadata,
+                         metadata, enter_hook, _knobs.runtime.launch_exit_hook, *full)
+            if _recorded is not None:
+                _recorded.append(Launched(compiled, grid, full))
+            return
+        except Exception:  # this Triton's compiled-kernel interface differs: its own launcher from now on
+            FAST_LAUNCH = False
+    compiled = kernel[grid](*args, **dict(constexprs), num_warps=num_warps)
+    if all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata", "launch_metadata")):
+        cache[full_key] = compiled
+        if _recorded is not None:
+            _recorded.append(Launched(compiled, grid, full))
 
 
 def _address_key(*tensors: torch.Tensor) -> tuple:

@@ -18,7 +18,6 @@ import torch
 from torch import Tensor
 
 from . import kernels, native
-from .backend import CUDA, backend
 from .contract import check_backward_scratch, check_forward
 from .reference import DEFAULT_EPS
 
@@ -136,10 +135,9 @@ def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS) -> Tensor:
     if torch.compiler.is_compiling() or type(x) is not Tensor or type(gamma) not in _PLAIN:
         # Tracing, fake tensors and tensor subclasses go through the registered op.
         return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps)
-    if _ON_GPU:
-        y = native.apply(x, gamma, eps)  # the C++ route; None when it cannot take these arguments
-        if y is not None:
-            return y
+    y = native.apply(x, gamma, eps)  # the C++ route on the GPU; None when it cannot take these arguments
+    if y is not None:
+        return y
     if needs_grad:
         return _RMSNormFunction.apply(x, gamma, eps)
     _CALLS["forward"] += 1
@@ -147,4 +145,3 @@ def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS) -> Tensor:
 
 
 _PLAIN = (Tensor, torch.nn.Parameter)
-_ON_GPU = backend() == CUDA
