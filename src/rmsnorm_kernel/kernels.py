@@ -297,9 +297,9 @@ SINGLE_WARPS = 4
 #: H200 (bfloat16, docs/performance-notes.md, v4): 32 warps and 8192-element chunks, unpipelined, read at
 #: 95% of the copy bandwidth at N = 32768 (133 us) and 78% at N = 65536 (161 us), against 82% and 67% for
 #: 8 warps with 3 pipeline stages and 79% and 71% for v3's 2 persistent programs per multiprocessor;
-#: at N = 16384, 16 warps (142 us) beat 32 (150-176). torch.compile's kernel for N = 32768 is the same
-#: design with the whole row as one chunk (133 us).
-LOOP_TABLE: dict[int, tuple[int, int]] = {16384: (4096, 16), 32768: (8192, 32), 65536: (8192, 32)}
+#: at N = 16384, 16 warps (142 us) beat 32 (150-176). At N = 65536, 32768-element chunks over 32 warps
+#: read at 88% (144 us, v6), where 8192 and 16384 gave 78% and 77%; at N = 32768 the same chunk gave 82%.
+LOOP_TABLE: dict[int, tuple[int, int]] = {16384: (4096, 16), 32768: (8192, 32), 65536: (32768, 32)}
 LOOP_FWD_STAGES = 1
 #: Looped backward, step 1 (row statistics, one program per row): chunk and warps. 16384 lanes at 32
 #: warps would spill; 8192 at 16 does not.
