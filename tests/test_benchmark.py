@@ -202,6 +202,27 @@ def test_plan_overrides_are_undone():
     assert bm.kernels.PROGRAMS_PER_SM == before
 
 
+def test_every_sweep_variant_changes_what_its_shapes_launch():
+    """A variant that leaves its shape's launches as they are (say, a constant of a kernel the shape no
+    longer takes) would time the base plan again under another name. Checked for an H200-like GPU (132
+    multiprocessors, 227 KiB of shared memory), with the row alignment contiguous inputs of the shape have."""
+
+    def launched(m, n, x_bytes):
+        aligned = n * x_bytes % 16 == 0
+        k = bm.kernels
+        return (k.plan(m, n, 132, aligned, x_bytes, x_bytes, 227 * 1024),  # and what the launchers read directly:
+                k.STATS_BLOCK_N, k.STATS_WARPS, k.SUM_BLOCK_P, k.SUM_BLOCK_N)
+
+    for (m, n, dtype), variants in bm.SWEEP_SHAPES.items():
+        x_bytes = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+        base = launched(m, n, x_bytes)
+        for name in variants:
+            if name in ("base", "base_again"):
+                continue
+            with bm.plan_overrides(**bm.SWEEP_VARIANTS[name]):
+                assert launched(m, n, x_bytes) != base, f"{name} at {m}x{n} {dtype} launches the base plan"
+
+
 def test_liger_settings_are_liger_defaults():
     inspect = pytest.importorskip("inspect")
     rms = pytest.importorskip("liger_kernel.ops.rms_norm")

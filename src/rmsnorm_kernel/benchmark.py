@@ -539,7 +539,7 @@ SWEEP_VARIANTS: dict[str, dict] = {
     # Whole rows, forward: warps, persistent programs and pipelining depth (aligned rows, then rows that
     # start off a 16-byte boundary).
     "fwd_whole_rows": {"FWD_CHUNKED_ROWS": {}},
-    "fwd_pps2_s3": {"FWD_PROGRAMS_PER_SM": 2, "FWD_STAGES": 3},
+    "fwd_whole_rows_pps2_s3": {"FWD_CHUNKED_ROWS": {}, "FWD_PROGRAMS_PER_SM": 2, "FWD_STAGES": 3},
     "unaligned_one_per_tile": {"UNALIGNED_FWD_PROGRAMS_PER_SM": 0, "UNALIGNED_FWD_STAGES": 1},
     "unaligned_pps1_s3": {"UNALIGNED_FWD_PROGRAMS_PER_SM": 1, "UNALIGNED_FWD_STAGES": 3},
     "unaligned_pps2_s3": {"UNALIGNED_FWD_PROGRAMS_PER_SM": 2, "UNALIGNED_FWD_STAGES": 3},
@@ -560,24 +560,27 @@ SWEEP_VARIANTS: dict[str, dict] = {
     "loop_fwd_8192w8_s3": {**_loop(8192, 8), "LOOP_FWD_STAGES": 3},
     "loop_fwd_4096w16": _loop(4096, 16),
     "loop_fwd_8192w16": _loop(8192, 16),
+    "loop_fwd_8192w32": _loop(8192, 32),
+    "loop_fwd_16384w32": _loop(16384, 32),
     "stats4096w8": {"STATS_BLOCK_N": 4096, "STATS_WARPS": 8},
     "seg4096m1w16": {"SEG_BLOCK_N": 4096, "SEG_BLOCK_M": 1, "SEG_WARPS": 16},
     "segpps1": {"SEG_PROGRAMS_PER_SM": 1},
     "segpps4": {"SEG_PROGRAMS_PER_SM": 4},
 }
 SWEEP_SHAPES: dict[tuple[int, int, str], tuple[str, ...]] = {
-    (128, 257, "float32"): ("base", "single_off", "single_8192w16", "unaligned_one_per_tile"),
+    (128, 257, "float32"): ("base", "single_off", "single_8192w16"),
     (4096, 4096, "bfloat16"): ("base", "base_again", "bwd_s1"),
-    (32768, 4096, "float32"): ("base", "base_again", "fwd_whole_rows", "fwd_pps2_s3", "bwd_s1", "bwd_s2", "bwd_s4", "bwd_s3_pps2",
-                               "bwd4096w8", "bwd4096w32"),
-    (16384, 8192, "bfloat16"): ("base", "base_again", "fwd_whole_rows", "fwd_pps2_s3", "bwd_s1", "bwd_s2", "bwd_s4", "bwd_s3_pps2",
-                                "bwd8192w32"),
+    (32768, 4096, "float32"): ("base", "base_again", "fwd_whole_rows", "fwd_whole_rows_pps2_s3", "bwd_s1", "bwd_s2", "bwd_s4",
+                               "bwd_s3_pps2", "bwd4096w8", "bwd4096w32"),
+    (16384, 8192, "bfloat16"): ("base", "base_again", "fwd_whole_rows", "fwd_whole_rows_pps2_s3", "bwd_s1", "bwd_s2", "bwd_s4",
+                                "bwd_s3_pps2", "bwd8192w32"),
     (8192, 4097, "float16"): ("base", "base_again", "unaligned_one_per_tile", "unaligned_pps1_s3", "unaligned_pps2_s3",
                               "unaligned_pps4_s2", "bwd_s1", "bwd_s3_pps2", "bwd8192w32"),
     (4096, 32768, "bfloat16"): ("base", "base_again", "loop_s1", "loop_s2", "loop_s4", "loop_fwd_8192w8_s3",
                                 "loop_fwd_4096w16", "loop_fwd_8192w16", "stats4096w8", "seg4096m1w16", "segpps1", "segpps4"),
     (2048, 65536, "bfloat16"): ("base", "base_again", "loop_s1", "loop_s2", "loop_s4", "loop_fwd_8192w8_s3",
-                                "loop_fwd_4096w16", "loop_fwd_8192w16", "stats4096w8", "seg4096m1w16", "segpps1", "segpps4"),
+                                "loop_fwd_4096w16", "loop_fwd_8192w16", "loop_fwd_8192w32", "loop_fwd_16384w32", "stats4096w8",
+                                "seg4096m1w16", "segpps1", "segpps4"),
 }
 
 
