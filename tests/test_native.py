@@ -145,11 +145,16 @@ def test_a_key_whose_backward_the_contract_refuses_is_not_recorded(monkeypatch):
 
     x, gamma, _ = make_inputs((100, 4096), torch.float32, DEVICE)
     monkeypatch.setattr(contract, "DGAMMA_SCRATCH_BUDGET_BYTES", 0)
+    monkeypatch.setattr(native, "_unsupported", set())  # the refusal below must not outlive this test
     monkeypatch.setattr(kernels, "rmsnorm_backward", lambda *a: pytest.fail("recording ran the backward"))
+    checks = []
+    monkeypatch.setattr(native, "check_backward_scratch", lambda t: checks.append(t) or contract.check_backward_scratch(t))
     with torch.no_grad():
         y = rmsnorm(x, gamma, EPS)
-    assert torch.equal(y, kernels.rmsnorm_forward(x, gamma, EPS))
+        y_again = rmsnorm(x, gamma, EPS)
+    assert torch.equal(y, kernels.rmsnorm_forward(x, gamma, EPS)) and torch.equal(y_again, y)
     assert native.extension().apply(x, gamma, EPS) is None  # no recipe was stored for this key
+    assert len(checks) == 1  # the refusal is remembered: the second call does not check the scratch again
 
 
 # The recipe description (native._specs) is plain Python over Triton's compiled-kernel objects; these

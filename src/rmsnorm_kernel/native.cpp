@@ -146,6 +146,13 @@ struct KeyHash {
   }
 };
 
+// The key of x and gamma (x of at least one dimension and N > 0).
+Key key_of(const at::Tensor& x, const at::Tensor& gamma) {
+  const int64_t n = x.size(-1);
+  return Key{x.get_device(), static_cast<int64_t>(x.scalar_type()), static_cast<int64_t>(gamma.scalar_type()),
+             x.numel() / n, n};
+}
+
 std::mutex recipes_mutex;
 // Recipes are never removed, so a pointer to one stays valid after the lock is released.
 std::unordered_map<Key, std::unique_ptr<Recipe>, KeyHash> recipes;
@@ -158,13 +165,10 @@ bool aligned(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_pt
 // The recipe for x and gamma, or null when there is none or their layout is not the recorded one.
 const Recipe* find_recipe(const at::Tensor& x, const at::Tensor& gamma) {
   if (!x.is_cuda() || !x.is_contiguous() || !gamma.is_contiguous() || x.dim() == 0 || !aligned(x) ||
-      !aligned(gamma) || gamma.device() != x.device()) {
+      !aligned(gamma) || gamma.device() != x.device() || x.size(-1) == 0) {
     return nullptr;
   }
-  const int64_t n = x.size(-1);
-  if (n == 0) return nullptr;
-  const Key key{x.get_device(), static_cast<int64_t>(x.scalar_type()), static_cast<int64_t>(gamma.scalar_type()),
-                x.numel() / n, n};
+  const Key key = key_of(x, gamma);
   std::lock_guard<std::mutex> lock(recipes_mutex);
   auto it = recipes.find(key);
   return it == recipes.end() ? nullptr : it->second.get();
@@ -320,9 +324,7 @@ bool add_recipe(const at::Tensor& x, const at::Tensor& gamma, const std::vector<
   r->backward = to_launches(backward, ok);
   for (const at::Tensor& s : scratch) r->scratch.push_back(Scratch{s.sizes().vec(), s.scalar_type()});
   if (!ok) return false;
-  const int64_t n = x.size(-1);
-  const Key key{x.get_device(), static_cast<int64_t>(x.scalar_type()), static_cast<int64_t>(gamma.scalar_type()),
-                x.numel() / n, n};
+  const Key key = key_of(x, gamma);
   std::lock_guard<std::mutex> lock(recipes_mutex);
   recipes.emplace(key, std::move(r));  // a recipe already stored for this key is kept
   return true;

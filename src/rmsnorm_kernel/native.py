@@ -119,8 +119,10 @@ def _record(ext, x: torch.Tensor, gamma: torch.Tensor, eps: float) -> bool:
     try:
         # Recording runs the backward once too (on a zero dy), so only a key whose backward the
         # contract accepts is recorded; a forward-only call of any other key takes the Python route.
+        # The scratch bound depends on the key alone, so the refusal is remembered like the others.
         check_backward_scratch(x)
     except ContractError:
+        _unsupported.add(key)
         return False
     with torch.no_grad(), torch.cuda.device(x.device):  # Triton loads the kernels for the current device
         xs, gs = x.detach(), gamma.detach()
