@@ -20,6 +20,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -85,17 +86,15 @@ void check(CUresult status, const char* what) {
 // current on this thread. The runtime API does that lazily, so a thread that has only used cached
 // memory so far, such as autograd's device thread, may have no current context yet.
 void ensure_context(int device) {
+  CUdevice wanted = 0;
+  check(driver().device_get(&wanted, device), "cuDeviceGet");
   CUcontext current = nullptr;
   check(driver().ctx_get_current(&current), "cuCtxGetCurrent");
   if (current != nullptr) {
     CUdevice on = 0;
     check(driver().ctx_get_device(&on), "cuCtxGetDevice");
-    CUdevice wanted = 0;
-    check(driver().device_get(&wanted, device), "cuDeviceGet");
     if (on == wanted) return;
   }
-  CUdevice wanted = 0;
-  check(driver().device_get(&wanted, device), "cuDeviceGet");
   CUcontext primary = nullptr;
   check(driver().primary_ctx_retain(&primary, wanted), "cuDevicePrimaryCtxRetain");
   check(driver().ctx_set_current(primary), "cuCtxSetCurrent");
@@ -112,6 +111,11 @@ struct Arg {
   int64_t kind;
   int64_t value;  // the tensor slot, or the integer
 };
+
+// The most parameters one launch passes (its arguments and Triton's trailing scratch pointers), so that
+// a launch fills fixed arrays rather than allocating; a kernel with more is not recorded (to_launches)
+// and takes the Python route. These kernels pass at most 12 arguments.
+constexpr size_t kMaxParams = 32;
 
 struct Launch {
   CUfunction function;
@@ -181,9 +185,10 @@ void run(const std::vector<Launch>& launches, const std::vector<at::Tensor>& slo
   const CUstream stream = at::cuda::getCurrentCUDAStream(on.get_device()).stream();
   const float eps32 = static_cast<float>(eps);
   for (const Launch& l : launches) {
-    // One 8-byte cell per argument; the kernel reads the first 4 of an int32 or float32 cell.
-    std::vector<uint64_t> cells(l.args.size() + l.trailing_pointers, 0);
-    std::vector<void*> params(cells.size());
+    // One 8-byte cell per argument; the kernel reads the first 4 of an int32 or float32 cell. The
+    // trailing cells stay null.
+    std::array<uint64_t, kMaxParams> cells{};
+    std::array<void*, kMaxParams> params;
     for (size_t i = 0; i < l.args.size(); ++i) {
       const Arg& a = l.args[i];
       switch (a.kind) {
@@ -203,7 +208,7 @@ void run(const std::vector<Launch>& launches, const std::vector<at::Tensor>& slo
           break;
       }
     }
-    for (size_t i = 0; i < cells.size(); ++i) params[i] = &cells[i];
+    for (size_t i = 0; i < l.args.size() + l.trailing_pointers; ++i) params[i] = &cells[i];
     check(driver().launch(l.function, l.grid_x, l.grid_y, 1, l.threads, 1, 1, l.shared, stream, params.data(),
                           nullptr),
           "kernel launch");
@@ -306,7 +311,7 @@ std::vector<Launch> to_launches(const std::vector<LaunchSpec>& specs, bool& ok) 
     l.shared = static_cast<unsigned>(shared);
     for (const auto& [kind, value] : args) l.args.push_back(Arg{kind, value});
     const int64_t trailing = trailing_parameters(l.function, l.args);
-    if (trailing < 0) ok = false;
+    if (trailing < 0 || l.args.size() + static_cast<size_t>(trailing) > kMaxParams) ok = false;
     l.trailing_pointers = static_cast<size_t>(std::max<int64_t>(trailing, 0));
     out.push_back(std::move(l));
   }
