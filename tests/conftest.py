@@ -1,10 +1,9 @@
+"""Fixtures for every test, and the ``gpu`` marker's skip on machines without CUDA."""
+
 import pytest
 import torch
 
-import rmsnorm_kernel  # noqa: F401  (chooses the backend before any kernel is decorated)
-from rmsnorm_kernel.backend import kernel_device_type
-
-DEVICE = kernel_device_type()
+from tests.helpers import DEVICE
 
 
 @pytest.fixture
@@ -13,11 +12,10 @@ def device() -> str:
     return DEVICE
 
 
-def make_inputs(shape, dtype, device, gamma_dtype=None, seed=0):
-    """Random x, a gamma that is not all ones, and a random upstream gradient dy."""
-    g = torch.Generator().manual_seed(seed)
-    n = shape[-1]
-    x = torch.randn(shape, generator=g).to(device=device, dtype=dtype)
-    gamma = (1.0 + 0.5 * torch.randn(n, generator=g)).to(device=device, dtype=gamma_dtype or dtype)
-    dy = torch.randn(shape, generator=g).to(device=device, dtype=dtype)
-    return x, gamma, dy
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (a feature of the GPU, with no CPU counterpart)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

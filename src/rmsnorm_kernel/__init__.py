@@ -1,22 +1,33 @@
 """RMSNorm in Triton, checked against a PyTorch oracle.
 
-``backend`` is imported first: it sets TRITON_INTERPRET on machines without a CUDA device, and Triton
-reads that variable when the kernels are decorated.
+The public API is below. It is imported on first use, so that importing a part that needs no kernel
+(the training configuration, say) does not import Triton.
+
+``ops.backend`` is imported first, before any module of the package can import Triton: it sets
+TRITON_INTERPRET on machines without a CUDA device, and Triton reads that variable when it decorates a
+kernel (its own ``tl`` helpers included, at ``import triton``).
 """
 
-from .backend import backend  # noqa: I001  (must precede the kernels)
-from .contract import ContractError
-from .module import RMSNorm
-from .op import call_counts, reset_call_counts, rmsnorm
-from .reference import manual_backward, rmsnorm_reference
+import importlib
 
-__all__ = [
-    "ContractError",
-    "RMSNorm",
-    "backend",
-    "call_counts",
-    "manual_backward",
-    "reset_call_counts",
-    "rmsnorm",
-    "rmsnorm_reference",
-]
+from .ops import backend as _backend  # noqa: F401  (first: see above)
+
+_API = {
+    "ContractError": "ops.contract",
+    "RMSNorm": "ops.module",
+    "backend": "ops.backend",
+    "call_counts": "ops.op",
+    "manual_backward": "ops.reference",
+    "oracle": "ops.reference",
+    "reset_call_counts": "ops.op",
+    "rmsnorm": "ops.op",
+    "rmsnorm_reference": "ops.reference",
+}
+
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str):
+    if name not in _API:
+        raise AttributeError(f"module 'rmsnorm_kernel' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_API[name]}", __name__), name)

@@ -1,5 +1,5 @@
-"""``python -m rmsnorm_kernel <command>``: see ``rmsnorm_kernel.cli``."""
+"""``python -m rmsnorm_kernel <command>``: see ``rmsnorm_kernel.verify.cli``."""
 
-from .cli import main
+from .verify.cli import main
 
 raise SystemExit(main())

@@ -19,8 +19,8 @@ from typing import Callable, Sequence
 import torch
 
 from . import checks, figures
-from .backend import backend, kernel_device_type
-from .tolerances import TOLERANCES
+from ..ops.backend import backend, kernel_device_type
+from ..ops.tolerances import TOLERANCES
 
 #: The check commands whose reports the figures read, with the campaign each runs.
 CAMPAIGN_COMMANDS = {"check-forward": "forward", "check-backward": "dx", "check-gamma": "dgamma"}
@@ -264,7 +264,7 @@ def cmd_check_checkpoints(args) -> int:
 
 
 def cmd_clean(args) -> int:
-    from . import housekeeping
+    from . import clean as housekeeping
 
     try:
         removals = housekeeping.clean_generated(args.project, dry_run=args.dry_run)

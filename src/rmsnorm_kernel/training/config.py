@@ -15,7 +15,7 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
-from .module import FALLBACKS, IMPLS
+from ..ops.impls import FALLBACKS, IMPLS
 
 
 @dataclass

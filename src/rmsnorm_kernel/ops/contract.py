@@ -6,7 +6,6 @@ accepted. Nothing here falls back to the reference: a caller who wants the refer
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 
@@ -14,12 +13,9 @@ import torch
 
 from .backend import backend, kernel_device_type
 
-#: Largest row length. Rows up to kernels.ROW_LIMIT lanes are held whole in registers; longer ones are
-#: walked in column chunks, and the dgamma scratch (partial rows * N * 8 bytes) is sized for this N.
+#: Largest row length. Rows up to launch.ROW_LIMIT lanes are held whole in registers; longer ones are
+#: walked in column chunks.
 MAX_N = 65536
-#: The backward's float64 dgamma scratch: one row of N partial sums per persistent program (about one
-#: or two per multiprocessor), whatever the number of rows of x.
-DGAMMA_SCRATCH_BUDGET_BYTES = 64 * 2**20
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Mixed precision as autocast and Lightning's "16-mixed"/"bf16-mixed" produce it: half x, float32 gamma.
 MIXED_PAIRS = ((torch.float16, torch.float32), (torch.bfloat16, torch.float32))
@@ -99,32 +95,3 @@ def _check_row_layout(x: torch.Tensor, n: int) -> None:
                 f"has rows that no single row stride reaches (shape {tuple(x.shape)}, strides {tuple(x.stride())})",
                 _LAYOUT_ACCEPTED,
             )
-
-
-def dgamma_scratch_bytes(rows: int, n: int, device: torch.device | str | None = None) -> int:
-    """Bytes of the float64 dgamma scratch the backward allocates for ``rows`` rows of ``n`` on ``device``."""
-    device = torch.device(device) if device is not None else torch.device(_KERNEL_DEVICE_TYPE)
-    return _scratch_bytes(rows, n, device)
-
-
-@functools.lru_cache(maxsize=1024)
-def _scratch_bytes(rows: int, n: int, device: torch.device) -> int:
-    from . import kernels  # late: kernels imports triton, which must come after backend
-
-    return kernels.dgamma_scratch_rows(rows, n, device) * n * 8
-
-
-def check_backward_scratch(x: torch.Tensor) -> None:
-    """The backward's dgamma scratch (partial rows * N float64, bounded whatever the number of rows) must
-    fit the budget."""
-    n = x.shape[-1]
-    rows = x.numel() // n
-    if not (isinstance(n, int) and isinstance(rows, int)):
-        return  # symbolic shapes while tracing: the backward op checks again with real ones
-    need = _scratch_bytes(rows, n, x.device)
-    if need > DGAMMA_SCRATCH_BUDGET_BYTES:
-        _fail(
-            "x",
-            f"of shape {tuple(x.shape)} needs a dgamma scratch of {need / 2**20:.1f} MiB in the backward",
-            f"partial rows * N * 8 bytes <= {DGAMMA_SCRATCH_BUDGET_BYTES / 2**20:g} MiB",
-        )

@@ -44,12 +44,12 @@ from pathlib import Path
 
 import torch
 
-from . import kernels, native
-from .backend import CUDA, backend
-from .contract import check_forward
-from .op import _RMSNormFunction, rmsnorm
-from .reference import DEFAULT_EPS, manual_backward, rmsnorm_reference
-from .tolerances import TOLERANCES, compare
+from ..ops import kernels
+from ..ops.backend import CUDA, backend
+from ..ops.contract import check_forward
+from ..ops.op import _RMSNormFunction, rmsnorm
+from ..ops.reference import DEFAULT_EPS, manual_backward, rmsnorm_reference
+from ..ops.tolerances import TOLERANCES, compare
 
 EPS = DEFAULT_EPS
 FWD, FWD_BWD = "fwd", "fwd+bwd"

@@ -48,23 +48,33 @@ class Comparison:
     tolerance: Tolerance
 
 
-def compare(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None) -> Comparison:
+def compare(
+    actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None, chunk: int = 1 << 24
+) -> Comparison:
     """Apply the allclose rule with the tolerance declared for ``dtype`` (default: ``expected.dtype``).
 
-    Non-finite values must match exactly (NaN where the oracle has NaN, the same infinities).
+    Non-finite values must match exactly (NaN where the oracle has NaN, the same infinities). The
+    comparison runs in float64 on the tensors' device, ``chunk`` elements at a time, so that a tensor
+    of a GB is checked where it lies without a float64 copy of it all.
     """
     tol = TOLERANCES[dtype or expected.dtype]
     if actual.shape != expected.shape:
         raise ValueError(f"compare: shapes differ, {tuple(actual.shape)} against {tuple(expected.shape)}")
-    a = actual.detach().to(torch.float64).cpu()
-    e = expected.detach().to(torch.float64).cpu()
-    diff = (a - e).abs()
-    finite = torch.isfinite(e) & torch.isfinite(a)
-    same_nonfinite = bool(torch.equal(torch.isnan(a), torch.isnan(e))) and bool(
-        torch.equal(a[torch.isinf(e)], e[torch.isinf(e)])
-    ) and bool(torch.equal(torch.isinf(a), torch.isinf(e)))
-    d, ef = diff[finite], e[finite].abs()
-    max_abs = float(d.max()) if d.numel() else 0.0
-    max_rel = float((d / ef.clamp_min(torch.finfo(torch.float64).tiny)).max()) if d.numel() else 0.0
-    ok = same_nonfinite and bool((d <= tol.atol + tol.rtol * ef).all())
+    a_all = actual.detach().reshape(-1)
+    e_all = expected.detach().reshape(-1).to(a_all.device)
+    tiny = torch.finfo(torch.float64).tiny
+    ok, max_abs, max_rel = True, 0.0, 0.0
+    for start in range(0, a_all.numel(), chunk):
+        a = a_all[start : start + chunk].to(torch.float64)
+        e = e_all[start : start + chunk].to(torch.float64)
+        inf_e = torch.isinf(e)
+        same_nonfinite = (
+            torch.equal(torch.isnan(a), torch.isnan(e)) and torch.equal(a[inf_e], e[inf_e]) and torch.equal(torch.isinf(a), inf_e)
+        )
+        finite = torch.isfinite(e) & torch.isfinite(a)
+        d, ef = (a - e).abs()[finite], e.abs()[finite]
+        if d.numel():
+            max_abs = max(max_abs, float(d.max()))
+            max_rel = max(max_rel, float((d / ef.clamp_min(tiny)).max()))
+        ok = ok and same_nonfinite and bool((d <= tol.atol + tol.rtol * ef).all())
     return Comparison(max_abs=max_abs, max_rel=max_rel, ok=ok, tolerance=tol)

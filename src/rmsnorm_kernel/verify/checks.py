@@ -25,13 +25,13 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from . import kernels
-from .backend import backend, kernel_device_type
-from .contract import MAX_N, ContractError
+from ..ops import kernels
+from ..ops.backend import backend, kernel_device_type
+from ..ops.contract import MAX_N, ContractError
 from .mutants import dx_block_mean, forward_block_mean
-from .op import call_counts, rmsnorm
-from .reference import DEFAULT_EPS, manual_backward, rmsnorm_reference
-from .tolerances import TOLERANCES, compare
+from ..ops.op import call_counts, rmsnorm
+from ..ops.reference import DEFAULT_EPS, manual_backward, rmsnorm_reference
+from ..ops.tolerances import TOLERANCES, compare
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -307,7 +307,7 @@ class NotApplicable(Exception):
 
 
 def _scratch_over_budget(d: str):
-    from . import contract
+    from ..ops import contract
 
     n, budget = MAX_N, contract.DGAMMA_SCRATCH_BUDGET_BYTES
 
@@ -676,7 +676,7 @@ class SmallNet(torch.nn.Module):
 
     def __init__(self, d_in: int = 16, hidden: int = 257, d_out: int = 4):
         super().__init__()
-        from .module import RMSNorm
+        from ..ops.module import RMSNorm
 
         self.inp = torch.nn.Linear(d_in, hidden)
         self.norm = RMSNorm(hidden, impl="triton")
@@ -798,7 +798,7 @@ class CheckpointAudit:
 
 def _import_build_network() -> tuple[Callable | None, str]:
     try:
-        from .model import build_network
+        from ..training.model import build_network
     except Exception as exc:  # ImportError, or the module failing while it loads
         return None, f"rmsnorm_kernel.model.build_network is not importable ({type(exc).__name__}: {exc})"
     return build_network, ""
@@ -828,7 +828,7 @@ def _match_state_dict(saved: dict, expected_keys: set[str]) -> dict | None:
 
 def audit_checkpoint(path: Path, build_network: Callable | None, import_problem: str = "", device: str | None = None) -> CheckpointAudit:
     """Open, check keys, rebuild, and reproduce the recorded test outputs; never raises."""
-    from .checkpoints import CheckpointError, read_checkpoint  # needs Lightning (the "train" extra)
+    from ..training.checkpoints import CheckpointError, read_checkpoint  # needs Lightning (the "train" extra)
 
     name = str(path)
     try:

@@ -1,15 +1,14 @@
 """The Triton path as a PyTorch operator: ``torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps)``.
 
-Registered with ``torch.library.custom_op`` so that ``torch.compile`` treats it as one opaque call (no
-graph break), with a fake implementation for tracing and an autograd formula that calls a second
-custom op, ``rmsnorm_kernel::rmsnorm_backward``, for dx and dgamma.
+Registered with ``torch.library.custom_op`` so that ``torch.compile`` keeps it as one opaque node (no
+graph break, and ``mode="reduce-overhead"`` captures it in a CUDA graph), with a fake implementation for
+tracing and an autograd formula that calls a second custom op, ``rmsnorm_kernel::rmsnorm_backward``.
 
-``rmsnorm()`` takes that op only while ``torch.compile`` traces. In eager code it checks the contract
-once and then, on the GPU, replays the kernels from C++ with a C++ autograd node (``native.py``) when it
-can; otherwise it calls the launchers directly, through a plain ``torch.autograd.Function`` when a
-gradient is needed. The custom op's Python dispatch (autograd wrapper, fake-tensor bookkeeping, a second
-contract check) costs tens of microseconds per call, which is most of the time of a small RMSNorm on a
-GPU. All routes run the same kernels and count the same calls.
+``rmsnorm()`` takes that op while ``torch.compile`` traces, and for tensor subclasses. In eager code it
+checks the contract once and calls the launchers directly, through a plain ``torch.autograd.Function``
+when a gradient is needed: the custom op's dispatch (autograd wrapper, fake-tensor bookkeeping, a second
+contract check) costs tens of microseconds a call, most of the time of a small RMSNorm on a GPU. Both
+routes run the same kernels and give the same bits.
 """
 
 from __future__ import annotations
@@ -17,33 +16,52 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import kernels, native
-from .contract import check_backward_scratch, check_forward
+from . import kernels
+from .contract import check_forward
 from .reference import DEFAULT_EPS
 
-# How many times the forward and backward wrappers ran, as in Triton's tutorial: a training run that
-# silently stayed on the reference path shows zeros here.
-_CALLS = {"forward": 0, "backward": 0}
+# How many times the Triton forward and backward ran, per device: one-element int32 counters that the
+# kernels themselves increment (see kernels.py), so the count is true also where Python does not run,
+# as when a CUDA graph replays a compiled step. A training run that silently stayed on the reference
+# path shows zeros here.
+_COUNTERS: dict[torch.device, tuple[Tensor, Tensor]] = {}
+
+
+def _counters(device: torch.device) -> tuple[Tensor, Tensor]:
+    c = _COUNTERS.get(device)
+    if c is None:
+        c = _COUNTERS[device] = (torch.zeros(1, dtype=torch.int32, device=device),
+                                 torch.zeros(1, dtype=torch.int32, device=device))
+    return c
 
 
 def call_counts() -> dict[str, int]:
-    """Calls of the Triton path since import or the last ``reset_call_counts()``: ``{"forward", "backward"}``,
-    whichever route (Python or C++) made them."""
-    forward, backward = native.call_counts()
-    return {"forward": _CALLS["forward"] + forward, "backward": _CALLS["backward"] + backward}
+    """How many times the Triton forward and backward ran since import or ``reset_call_counts()``,
+    summed over devices: ``{"forward": ..., "backward": ...}``. Counted by the kernels on the device, so
+    a call replayed from a CUDA graph counts once per replay. Reading waits for the GPU."""
+    forward = sum(int(f.item()) for f, _ in _COUNTERS.values())
+    backward = sum(int(b.item()) for _, b in _COUNTERS.values())
+    return {"forward": forward, "backward": backward}
 
 
 def reset_call_counts() -> None:
-    for key in _CALLS:
-        _CALLS[key] = 0
-    native.reset_call_counts()
+    for f, b in _COUNTERS.values():
+        f.zero_()
+        b.zero_()
+
+
+def _forward(x: Tensor, gamma: Tensor, eps: float) -> Tensor:
+    return kernels.rmsnorm_forward(x, gamma, eps, _counters(x.device)[0])
+
+
+def _backward_kernels(dy: Tensor, x: Tensor, gamma: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    return kernels.rmsnorm_backward(dy, x, gamma, eps, _counters(x.device)[1])
 
 
 @torch.library.custom_op("rmsnorm_kernel::rmsnorm", mutates_args=())
 def _rmsnorm_op(x: Tensor, gamma: Tensor, eps: float) -> Tensor:
     check_forward(x, gamma, eps)
-    _CALLS["forward"] += 1
-    return kernels.rmsnorm_forward(x, gamma, eps)
+    return _forward(x, gamma, eps)
 
 
 @_rmsnorm_op.register_fake
@@ -54,11 +72,7 @@ def _rmsnorm_fake(x: Tensor, gamma: Tensor, eps: float) -> Tensor:
 
 @torch.library.custom_op("rmsnorm_kernel::rmsnorm_backward", mutates_args=())
 def _rmsnorm_backward_op(dy: Tensor, x: Tensor, gamma: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    check_backward_scratch(x)
-    _CALLS["backward"] += 1
-    # Autograd may hand over any layout of dy, e.g. a broadcast (stride-0) gradient from y.sum(); the
-    # launcher reads it through its row stride and copies it only when no (rows, N) view exists.
-    return kernels.rmsnorm_backward(dy, x, gamma, eps)
+    return _backward_kernels(dy, x, gamma, eps)
 
 
 @_rmsnorm_backward_op.register_fake
@@ -68,9 +82,6 @@ def _rmsnorm_backward_fake(dy: Tensor, x: Tensor, gamma: Tensor, eps: float) -> 
 
 def _setup_context(ctx, inputs, output) -> None:
     x, gamma, eps = inputs
-    # Runs only when a gradient is needed: refuse a backward that could not run now, not later.
-    # (``rmsnorm()`` checks this before the forward; this covers direct calls of the op.)
-    check_backward_scratch(x)
     ctx.save_for_backward(x, gamma)
     ctx.eps = eps
 
@@ -102,10 +113,9 @@ class _RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, gamma: Tensor, eps: float) -> Tensor:
-        _CALLS["forward"] += 1
         ctx.save_for_backward(x, gamma)
         ctx.eps = eps
-        return kernels.rmsnorm_forward(x, gamma, eps)
+        return _forward(x, gamma, eps)
 
     @staticmethod
     def backward(ctx, dy: Tensor):
@@ -114,10 +124,12 @@ class _RMSNormFunction(torch.autograd.Function):
             # create_graph=True: through the backward op, whose own backward refuses with a message
             # (called directly, the kernels would return silently detached gradients).
             dx, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(dy, x, gamma, ctx.eps)
-            return dx, dgamma, None
-        _CALLS["backward"] += 1
-        dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, ctx.eps)
+        else:
+            dx, dgamma = _backward_kernels(dy, x, gamma, ctx.eps)
         return dx, dgamma, None
+
+
+_PLAIN = (Tensor, torch.nn.Parameter)
 
 
 def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS) -> Tensor:
@@ -129,19 +141,9 @@ def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS) -> Tensor:
     also catches arguments the dispatcher would convert or refuse in its own words (``eps=True``).
     """
     check_forward(x, gamma, eps)
-    needs_grad = torch.is_grad_enabled() and (x.requires_grad or gamma.requires_grad)
-    if needs_grad:
-        check_backward_scratch(x)
     if torch.compiler.is_compiling() or type(x) is not Tensor or type(gamma) not in _PLAIN:
         # Tracing, fake tensors and tensor subclasses go through the registered op.
         return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps)
-    y = native.apply(x, gamma, eps)  # the C++ route on the GPU; None when it cannot take these arguments
-    if y is not None:
-        return y
-    if needs_grad:
+    if torch.is_grad_enabled() and (x.requires_grad or gamma.requires_grad):
         return _RMSNormFunction.apply(x, gamma, eps)
-    _CALLS["forward"] += 1
-    return kernels.rmsnorm_forward(x, gamma, eps)
-
-
-_PLAIN = (Tensor, torch.nn.Parameter)
+    return _forward(x, gamma, eps)

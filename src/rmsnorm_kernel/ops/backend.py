@@ -1,7 +1,7 @@
 """Which machine runs the Triton kernels: the GPU, or Triton's interpreter on the CPU.
 
-Triton reads ``TRITON_INTERPRET`` when a kernel is decorated, so the choice is made here, before
-``rmsnorm_kernel.kernels`` is imported (``rmsnorm_kernel/__init__.py`` imports this module first).
+Triton reads ``TRITON_INTERPRET`` when it decorates a kernel, so the choice is made here, before Triton
+is imported: ``rmsnorm_kernel/__init__.py`` imports this module first, and it imports torch only.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ Backward, with u = dy * gamma and means taken over the N columns of a row:
 
     dx     = r * u - x * r^3 * mean(u * x)
     dgamma = sum over rows of (dy * x * r)              a sum over rows, never a mean
+
+``oracle`` is what every comparison of this project checks against: these formulas in float64.
 """
 
 from __future__ import annotations
@@ -41,3 +43,19 @@ def manual_backward(
     dx = r * u - xc * r.pow(3) * (u * xc).sum(dim=-1, keepdim=True) / n
     dgamma = (dyc * xc * r).reshape(-1, n).sum(dim=0)
     return dx.to(x.dtype), dgamma.to(gamma.dtype)
+
+
+@torch.no_grad()
+def oracle(
+    x: torch.Tensor, gamma: torch.Tensor, dy: torch.Tensor, eps: float = DEFAULT_EPS
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(y, dx, dgamma): the formulas above evaluated in float64, rounded to x's and gamma's dtypes.
+
+    float64 rather than float32 for every dtype: dgamma sums over many rows, and a float32 sum of
+    32768 rows is itself off by about float32's declared tolerance, so a float32 oracle could fail an
+    exact answer.
+    """
+    xd, gd, dyd = x.double(), gamma.double(), dy.double()
+    y = rmsnorm_reference(xd, gd, eps)
+    dx, dgamma = manual_backward(xd, gd, dyd, eps)
+    return y.to(x.dtype), dx.to(x.dtype), dgamma.to(gamma.dtype)

@@ -32,15 +32,15 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
-from .backend import backend
+from ..ops.backend import backend
 from .checkpoints import AtomicCheckpointIO, CheckpointError, check_matches, read_checkpoint, remove_stale_temporaries
 from .config import ConfigError, validate
-from .contract import ContractError
+from ..ops.contract import ContractError
 from .data import SyntheticRegressionData
 from .events import read_scalars
 from .model import NonFiniteLossError, RMSNormRegressor, build_network
-from .module import IMPLS
-from .tolerances import compare
+from ..ops.module import IMPLS
+from ..ops.tolerances import compare
 
 
 

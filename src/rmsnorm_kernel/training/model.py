@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .module import RMSNorm
-from .backend import kernel_device_type
-from .op import call_counts
+from ..ops.module import RMSNorm
+from ..ops.backend import kernel_device_type
+from ..ops.op import call_counts
 
 #: The constructor arguments of ``build_network``, as saved in a checkpoint's hyper-parameters.
 NETWORK_KEYS = ("input_dim", "hidden_dim", "output_dim", "norm_impl", "eps", "norm_fallback")

@@ -75,7 +75,7 @@ def read_training_scalars(runs_dir: Path) -> dict[str, dict[str, tuple[list[int]
 
     The label is the directory's path relative to ``runs_dir`` (e.g. ``triton_seed0/version_0``).
     """
-    from .events import read_scalars
+    from ..training.events import read_scalars
 
     runs: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
     event_dirs = sorted({p.parent for p in Path(runs_dir).rglob("events.out.tfevents*") if p.is_file()})

@@ -1,0 +1,303 @@
+"""Triton kernels for RMSNorm and the launchers that run them.
+
+Each kernel sits next to the formula it computes (``reference.py`` has the oracle):
+
+    forward   r = 1 / sqrt(sum(x^2) / N + eps);  y = x * r * gamma
+    backward  u = dy * gamma;  dx = r * u - x * r^3 * sum(u * x) / N
+              dgamma = sum over rows of (dy * x * r)
+
+Two shapes of kernel, chosen by the row length N (``launch.py`` holds the rules):
+
+- Whole rows (BLOCK_N = next_power_of_2(N) <= launch.ROW_LIMIT): a program holds BLOCK_M complete rows
+  in registers, so x and dy are read from memory once. The lanes past N are masked and read as 0: they
+  add nothing to the sums, but they are not elements, so every mean divides by N, never by BLOCK_N.
+- Looped rows (N > ROW_LIMIT, up to contract.MAX_N = 65536): a row does not fit in one program's
+  registers, so the kernels walk it in column chunks of BLOCK_N. The forward reads each row twice (the
+  sum of squares, then y), the second time from L2; the backward takes two steps.
+
+The backward recomputes r from the row of x it loads anyway rather than reading a saved copy: the
+custom op returns y alone, and the recomputation costs arithmetic, not memory traffic.
+
+dgamma is reduced without atomics, deterministically. The backward runs a fixed number P of persistent
+programs (about one per multiprocessor); program p visits the row tiles p, p + P, p + 2P, ... in order and
+keeps a float64 sum of its rows' dy * x * r in registers, written once at the end as row p of a (P, N)
+float64 buffer of partials. A second kernel sums the partials per column in a fixed order. P depends
+only on the shape and the GPU, so the bits are the same run after run, and the partials take P * N * 8
+bytes whatever the number of rows.
+
+Rows are addressed through their row stride (the last dimension must be contiguous), so a slice such as
+``x[:, :N]`` of a wider tensor is read in place. Row offsets are 64-bit: ``row * stride`` may pass 2**31.
+
+Each call counts itself on the device: program 0 of the forward kernel and of the first backward kernel
+adds 1 to a counter (``op.call_counts``), so a call replayed from a CUDA graph is counted like any other.
+
+The launchers assume arguments that passed ``contract.check_forward``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .launch import STATS_BLOCK_N, STATS_WARPS, SUM_BLOCK_N, SUM_BLOCK_P, SUM_WARPS, Plan, plan_for
+
+# --------------------------------------------------------------------------------------------------
+# Whole rows: forward
+# --------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _rmsnorm_fwd_kernel(
+    X, GAMMA, Y, CALLS, M, N, stride_x, stride_y, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+):
+    # BLOCK_M rows per tile: short rows share a tile so that each one moves enough bytes. Program p takes
+    # the tiles p, p + P, ...: one tile each when the grid covers them all, several when it is persistent,
+    # in which case STAGES > 1 lets Triton copy the next tile's x into shared memory (cp.async) while
+    # this one is computed.
+    if tl.program_id(0) == 0:  # count the call on the device, so that CUDA graph replays count too
+        tl.atomic_add(CALLS, 1)
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
+    for tile in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
+        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64: rows * stride may pass 2**31
+        mask = (rows < M)[:, None] & col_mask[None, :]
+        # Cast to float32 at load time, before the reduction: squares of float16/bfloat16 values lose
+        # precision (and float16 overflows above 256^2) if summed in the input format.
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        mean_sq = tl.sum(x * x, axis=1) / N  # N, not BLOCK_N: masked lanes are padding, not data
+        r = 1.0 / tl.sqrt(mean_sq + eps)
+        y = x * r[:, None] * gamma[None, :]
+        tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+# --------------------------------------------------------------------------------------------------
+# Whole rows: backward (dx and the per-program dgamma partials in one pass over x and dy)
+# --------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _rmsnorm_bwd_kernel(
+    DY, X, GAMMA, DX, DGAMMA_OUT, CALLS, M, N, stride_dy, stride_x, stride_dx, eps,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FINAL: tl.constexpr, STAGES: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    if pid == 0:  # count the call on the device
+        tl.atomic_add(CALLS, 1)
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
+    # This program's share of dgamma, kept in registers across all its rows (no M x N scratch), in
+    # float64: a float32 running sum over thousands of rows drifts by more than float32's tolerance
+    # (seen at 32768 x 4096 on an H200); one float64 add per element costs no memory traffic.
+    dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float64)
+    # Persistent: tiles pid, pid + P, ... in a fixed order, so the sum is the same every run. With
+    # STAGES > 1 the next tile's x and dy are copied into shared memory (cp.async) while this one is
+    # computed: without it a multiprocessor has one tile in flight and waits on memory latency.
+    for tile in tl.range(pid, tl.cdiv(M, BLOCK_M), num_programs, num_stages=STAGES):
+        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
+        mask = (rows < M)[:, None] & col_mask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        r = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)  # the forward's r, same logical N
+        u = dy * gamma[None, :]
+        mean_ux = tl.sum(u * x, axis=1) / N  # N again: the padding lanes hold u * x = 0
+        dx = r[:, None] * u - x * (r * r * r * mean_ux)[:, None]
+        tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        # Masked rows and lanes hold dy = x = 0: they add nothing.
+        dgamma_acc += tl.sum(dy * x * r[:, None], axis=0).to(tl.float64)
+    if FINAL:  # the only program: this is dgamma itself, in gamma's dtype
+        tl.store(DGAMMA_OUT + cols, dgamma_acc.to(tl.float32).to(DGAMMA_OUT.dtype.element_ty), mask=col_mask)
+    else:  # row pid of the (P, N) float64 partials
+        tl.store(DGAMMA_OUT + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)
+
+
+# --------------------------------------------------------------------------------------------------
+# Looped rows (N > launch.ROW_LIMIT): forward in two passes
+# --------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _rmsnorm_fwd_chunked_kernel(
+    X, GAMMA, Y, CALLS, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, EVEN_N: tl.constexpr,
+):
+    # One program per row (a persistent loop over rows measured slower, docs/performance-notes.md).
+    if tl.program_id(0) == 0:  # count the call on the device
+        tl.atomic_add(CALLS, 1)
+    row = tl.program_id(0).to(tl.int64)  # int64: row * stride may pass 2**31
+    cols = tl.arange(0, BLOCK_N)
+    x_row = X + row * stride_x
+    y_row = Y + row * stride_y
+    # Pass 1: sum(x^2) over the row, chunk by chunk, in float32 lanes reduced once at the end. The loads
+    # are marked evict_last so that the row stays in L2 for pass 2, which reads it again.
+    # EVEN_N (N a multiple of BLOCK_N): no chunk is partial, so the loads need no mask.
+    sum_sq = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
+        if EVEN_N:
+            x = tl.load(x_row + start + cols, eviction_policy="evict_last").to(tl.float32)
+        else:
+            x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        sum_sq += x * x
+    r = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)  # N, not the chunks' total width
+    # Pass 2: y = x * r * gamma. This read of x is its last (evict_first); gamma is read by every row
+    # (evict_last).
+    for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
+        if EVEN_N:
+            x = tl.load(x_row + start + cols, eviction_policy="evict_first").to(tl.float32)
+            gamma = tl.load(GAMMA + start + cols, eviction_policy="evict_last").to(tl.float32)
+            tl.store(y_row + start + cols, (x * r * gamma).to(Y.dtype.element_ty))
+        else:
+            mask = start + cols < N
+            x = tl.load(x_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            tl.store(y_row + start + cols, (x * r * gamma).to(Y.dtype.element_ty), mask=mask)
+
+
+# --------------------------------------------------------------------------------------------------
+# Looped rows: backward in two steps, because dx needs two whole-row sums before its first element
+# --------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _rmsnorm_bwd_row_stats_kernel(
+    DY, X, GAMMA, RSTD, COEF, CALLS, N, stride_dy, stride_x, eps, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+):
+    # Per row: r, and coef = r^3 * mean(u * x), the two numbers dx = r * u - x * coef needs.
+    if tl.program_id(0) == 0:  # count the call on the device
+        tl.atomic_add(CALLS, 1)
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    sum_sq = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    sum_ux = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
+        mask = start + cols < N
+        x = tl.load(X + row * stride_x + start + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + row * stride_dy + start + cols, mask=mask, other=0.0).to(tl.float32)
+        gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(tl.float32)
+        sum_sq += x * x
+        sum_ux += dy * gamma * x
+    r = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)
+    tl.store(RSTD + row, r)
+    tl.store(COEF + row, r * r * r * (tl.sum(sum_ux, axis=0) / N))
+
+
+@triton.jit
+def _rmsnorm_bwd_looped_kernel(
+    DY, X, GAMMA, DX, PARTIAL, RSTD, COEF, M, N, stride_dy, stride_x, stride_dx,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+):
+    # Program (p, s): column segment s of the rows p, p + P, ...; its dgamma share stays in registers
+    # because a segment, unlike a 65536-wide row, fits there.
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
+    dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float64)  # float64, as in _rmsnorm_bwd_kernel
+    for tile in tl.range(pid, tl.cdiv(M, BLOCK_M), num_programs, num_stages=STAGES):
+        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
+        row_mask = rows < M
+        mask = row_mask[:, None] & col_mask[None, :]
+        r = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+        coef = tl.load(COEF + rows, mask=row_mask, other=0.0)
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dx = r[:, None] * (dy * gamma[None, :]) - x * coef[:, None]
+        tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        dgamma_acc += tl.sum(dy * x * r[:, None], axis=0).to(tl.float64)
+    tl.store(PARTIAL + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)
+
+
+# --------------------------------------------------------------------------------------------------
+# dgamma: the second pass over the (P, N) float64 partials
+# --------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _dgamma_column_sum_kernel(PARTIAL, DGAMMA, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    acc = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float64)
+    for start in range(0, P, BLOCK_P):  # a fixed order of partial rows: deterministic, no atomics
+        rows = start + tl.arange(0, BLOCK_P)
+        mask = (rows < P)[:, None] & col_mask[None, :]
+        acc += tl.load(PARTIAL + rows[:, None].to(tl.int64) * N + cols[None, :], mask=mask, other=0.0)
+    # float64 to float32 first: one rounding step Triton lowers for every target, then gamma's dtype.
+    tl.store(DGAMMA + cols, tl.sum(acc, axis=0).to(tl.float32).to(DGAMMA.dtype.element_ty), mask=col_mask)
+
+
+# --------------------------------------------------------------------------------------------------
+# Launchers
+# --------------------------------------------------------------------------------------------------
+
+
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """(..., N) as a (rows, N) view with a unit column stride; a copy only when no such view exists."""
+    try:
+        t2 = t.view(-1, n) if t.dim() != 2 else t
+    except RuntimeError:  # leading dimensions that no single row stride describes (autograd's dy may be so)
+        return t.reshape(-1, n).contiguous()
+    if t2.stride(1) != 1 and n != 1:
+        t2 = t2.contiguous()
+    return t2
+
+
+def _empty_like_contiguous(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, calls: torch.Tensor, p: Plan | None = None) -> torch.Tensor:
+    """y = rmsnorm(x) * gamma in x's dtype, contiguous, for x of shape (..., N) with rows at one stride.
+    ``calls``: a one-element int32 counter on x's device that the kernel increments."""
+    n = x.shape[-1]
+    x2 = _rows(x, n)
+    rows = x2.shape[0]
+    y = _empty_like_contiguous(x)
+    p = p or plan_for(x2, gamma)
+    if p.looped:
+        _rmsnorm_fwd_chunked_kernel[(p.fwd_programs,)](
+            x2, gamma, y, calls, n, x2.stride(0), n, eps,
+            BLOCK_N=p.block_n, STAGES=p.fwd_stages, EVEN_N=n % p.block_n == 0, num_warps=p.fwd_warps)
+    else:
+        _rmsnorm_fwd_kernel[(p.fwd_programs,)](
+            x2, gamma, y, calls, rows, n, x2.stride(0), n, eps,
+            BLOCK_M=p.fwd_block_m, BLOCK_N=p.block_n, STAGES=p.fwd_stages, num_warps=p.fwd_warps)
+    return y
+
+
+def rmsnorm_backward(
+    dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: float, calls: torch.Tensor, p: Plan | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx in x's dtype, dgamma in gamma's dtype) for dy and x of the same shape (..., N).
+    ``calls``: a one-element int32 counter on x's device that the first kernel increments."""
+    n = x.shape[-1]
+    x2 = _rows(x, n)
+    dy2 = _rows(dy, n)  # autograd may hand over any layout, e.g. a broadcast (stride-0) gradient
+    rows = x2.shape[0]
+    dx = _empty_like_contiguous(x)
+    dgamma = torch.empty_like(gamma)
+    p = p or plan_for(x2, gamma)
+    sdy, sx = dy2.stride(0), x2.stride(0)
+    if p.looped:
+        rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+        coef = torch.empty(rows, dtype=torch.float32, device=x.device)
+        partial = torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
+        _rmsnorm_bwd_row_stats_kernel[(rows,)](
+            dy2, x2, gamma, rstd, coef, calls, n, sdy, sx, eps,
+            BLOCK_N=STATS_BLOCK_N, STAGES=p.bwd_stages, num_warps=STATS_WARPS)
+        _rmsnorm_bwd_looped_kernel[p.bwd_grid](
+            dy2, x2, gamma, dx, partial, rstd, coef, rows, n, sdy, sx, n,
+            BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, STAGES=p.bwd_stages, num_warps=p.bwd_warps)
+    else:
+        final = p.partial_rows == 0
+        partial = dgamma if final else torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
+        _rmsnorm_bwd_kernel[p.bwd_grid[:1]](
+            dy2, x2, gamma, dx, partial, calls, rows, n, sdy, sx, n, eps,
+            BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, FINAL=final, STAGES=p.bwd_stages, num_warps=p.bwd_warps)
+        if final:
+            return dx, dgamma
+    _dgamma_column_sum_kernel[(triton.cdiv(n, SUM_BLOCK_N),)](
+        partial, dgamma, p.partial_rows, n, BLOCK_P=SUM_BLOCK_P, BLOCK_N=SUM_BLOCK_N, num_warps=SUM_WARPS)
+    return dx, dgamma

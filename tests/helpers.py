@@ -1,0 +1,36 @@
+"""What several test modules share: the device, the training configuration, and a runner for the
+command lines whose process is itself under test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from rmsnorm_kernel.ops.backend import kernel_device_type
+
+ROOT = Path(__file__).resolve().parents[1]
+DEVICE = kernel_device_type()
+QUIET = ["trainer.enable_progress_bar=false"]
+
+
+def compose_cfg(overrides=()):
+    """The training configuration as ``train.py`` composes it, in-process (Hydra's compose API)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def train_process(tmp_path, *overrides, prelude=None, timeout=900):
+    """Runs ``train.py`` in a fresh interpreter, in tmp_path; returns the completed process.
+    ``prelude``: Python run first in that interpreter (to patch the package before training)."""
+    args = [*overrides, *QUIET]
+    if prelude is None:
+        cmd = [sys.executable, str(ROOT / "train.py"), *args]
+    else:
+        code = f"{prelude}\nimport runpy, sys\nsys.argv = {[str(ROOT / 'train.py'), *args]!r}\nrunpy.run_path(sys.argv[0], run_name='__main__')"
+        cmd = [sys.executable, "-c", code]
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
