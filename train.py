@@ -9,7 +9,7 @@ import hydra
 from omegaconf import DictConfig
 
 from rmsnorm_kernel.training import config  # noqa: F401  (registers the typed schema before Hydra composes)
-from rmsnorm_kernel.training.run import main as train_main
+from rmsnorm_kernel.training.cli import main as train_main
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

@@ -1,9 +1,9 @@
-"""One training run from a composed configuration, the checks that end it, and the two-path summary.
+"""One training run from a composed configuration, and the checks that end it.
 
 ``run(cfg)`` trains the network with the RMSNorm path that ``cfg.norm.impl`` names and then checks:
 
 - initial parity: on the first batch, from the same weights, both paths give the same outputs and
-  gradients within the float32 tolerance of ``tolerances.py``;
+  gradients within the tolerance of ``ops/tolerances.py`` (``callbacks.InitialParity``);
 - integration: the Triton path's wrappers ran once forward and once backward per training step (and
   the reference path never called them);
 - reload parity: the final checkpoint, loaded into a fresh module, gives bit-identical test outputs and
@@ -13,19 +13,13 @@
 from __future__ import annotations
 
 import hashlib
-import json
-import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import lightning as L
 import torch
-import torch.nn.functional as F
-from hydra.core.hydra_config import HydraConfig
-from hydra.experimental.callback import Callback as HydraCallback
-from hydra.types import RunMode
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
@@ -33,15 +27,14 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from ..ops.backend import backend
-from .checkpoints import AtomicCheckpointIO, CheckpointError, check_matches, read_checkpoint, remove_stale_temporaries
-from .config import ConfigError, validate
-from ..ops.contract import ContractError
+from ..ops.tolerances import TOLERANCES
+from .callbacks import InitialParity
+from .checkpoints import AtomicCheckpointIO, remove_stale_temporaries
+from .config import validate
 from .data import SyntheticRegressionData
-from .events import read_scalars
-from .model import NonFiniteLossError, RMSNormRegressor, build_network
-from ..ops.module import IMPLS
-from ..ops.tolerances import compare
-
+from .model import NonFiniteLossError, RMSNormRegressor
+from .paths import project_path, run_name
+from .resume import mark_restart, resolve_resume
 
 
 @dataclass
@@ -62,16 +55,6 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return not self.failures
-
-
-def project_path(path: str) -> Path:
-    """A configured path, relative to where the command was started."""
-    base = Path(HydraConfig.get().runtime.cwd) if HydraConfig.initialized() else Path.cwd()
-    return (base / path).resolve()
-
-
-def run_name(cfg: DictConfig) -> str:
-    return f"{cfg.norm.impl}_seed{cfg.seed}"
 
 
 def state_dict_sha256(module: torch.nn.Module) -> str:
@@ -106,36 +89,6 @@ def build(cfg: DictConfig) -> tuple[RMSNormRegressor, SyntheticRegressionData]:
         shuffle_seed=cfg.seed,
     )
     return module, data
-
-
-class InitialParity(L.Callback):
-    """On the first training batch, runs both paths from the module's initial weights and compares them."""
-
-    def __init__(self) -> None:
-        self.output_err: float | None = None
-        self.grad_err: float | None = None
-        self.ok = True
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if trainer.global_step != 0 or self.output_err is not None:
-            return
-        x, y = batch
-        outs, grads = {}, {}
-        for impl in IMPLS:
-            net = build_network(**{**pl_module.network_kwargs(), "norm_impl": impl}).to(x.device)
-            net.load_state_dict(pl_module.net.state_dict())
-            out = net(x)
-            grads[impl] = torch.autograd.grad(F.mse_loss(out, y), list(net.parameters()))
-            outs[impl] = out.detach()
-        self.output_err = float((outs["triton"] - outs["reference"]).abs().max())
-        self.grad_err = max(float((a - b).abs().max()) for a, b in zip(grads["triton"], grads["reference"]))
-        self.ok = compare(outs["triton"], outs["reference"]).ok and all(
-            compare(a, b).ok for a, b in zip(grads["triton"], grads["reference"])
-        )
-        if trainer.logger is not None:
-            trainer.logger.log_metrics(
-                {"parity/initial_output_err": self.output_err, "parity/initial_grad_err": self.grad_err}, step=0
-            )
 
 
 def reload_max_abs_diff(
@@ -176,52 +129,52 @@ def flat_hparams(cfg: DictConfig) -> dict:
     return flat
 
 
-@dataclass
-class Resume:
-    path: Path
-    version: int | None  # the TensorBoard/checkpoint version of the run it continues, when known
-    global_step: int
-
-
-def resolve_resume(cfg: DictConfig, module: RMSNormRegressor, data: SyntheticRegressionData) -> Resume | None:
-    """Finds and checks the checkpoint ``cfg.ckpt_path`` names, before anything is written.
-
-    ``last`` is the newest ``last.ckpt`` of this run (same norm path and seed). The file must load with
-    ``weights_only=True`` and hold this configuration's network, norm path and data.
-    """
-    if cfg.ckpt_path is None:
-        return None
-    run_dir = project_path(cfg.paths.checkpoints) / run_name(cfg)
-    if cfg.ckpt_path == "last":
-        candidates = sorted(run_dir.glob("version_*/last.ckpt"), key=lambda p: p.stat().st_mtime)
-        if not candidates:
-            raise CheckpointError(f"ckpt_path=last: {run_dir} holds no last.ckpt to resume from")
-        path = candidates[-1]
-    else:
-        path = project_path(cfg.ckpt_path)
-    ckpt = read_checkpoint(path)
-    check_matches(path, ckpt, dict(module.hparams))
-    data_hp = ckpt.get("datamodule_hyper_parameters")
-    if data_hp is not None:
-        check_matches(path, {"hyper_parameters": data_hp}, dict(data.hparams))
-    version = None
-    if path.parent.parent == run_dir and path.parent.name.startswith("version_"):
-        version = int(path.parent.name.removeprefix("version_"))
-    return Resume(path=path, version=version, global_step=int(ckpt["global_step"]))
-
-
-def mark_restart(logger: TensorBoardLogger, step: int) -> None:
-    """Tells TensorBoard that the run restarts at ``step``: values logged at later steps before the
-    interruption are orphans and are dropped by its readers, so each step keeps one value."""
-    from tensorboard.compat.proto.event_pb2 import Event, SessionLog
-
+def write_hparams(logger: TensorBoardLogger, params: dict, test_mse: float) -> None:
+    """The run's configuration in TensorBoard's HPARAMS tab, with test/mse (already logged) as its metric."""
     writer = logger.experiment._get_file_writer()
-    writer.add_event(Event(step=step, session_log=SessionLog(status=SessionLog.START)))
+    for summary in hparams_summary(params, {"test/mse": test_mse}):
+        writer.add_summary(summary)
     writer.flush()
 
 
+def failed_checks(
+    cfg: DictConfig, result: RunResult, parity: InitialParity, reload_diff: float, reloaded_impl: str
+) -> list[str]:
+    """The end-of-run checks that failed, one sentence each (see the module docstring)."""
+    failures = []
+    if not parity.ok:
+        tol = TOLERANCES[parity.dtype]
+        dtype = str(parity.dtype).removeprefix("torch.")
+        failures.append(
+            f"initial parity: outputs differ by {parity.output_err:.3g}, gradients by {parity.grad_err:.3g}, "
+            f"beyond the {dtype} tolerance (atol {tol.atol:g}, rtol {tol.rtol:g})"
+        )
+    # Every training step runs the Triton path once, unless the contract sent it to the reference
+    # (norm.fallback=reference, counted); the reference path never runs it.
+    expected = result.steps - result.calls["train/fallback"] if cfg.norm.impl == "triton" else 0
+    for key in ("train/forward", "train/backward"):
+        if result.calls[key] != expected:
+            failures.append(
+                f"integration: {result.calls[key]} Triton {key.split('/')[1]} calls in {result.steps} "
+                f"training steps on the {cfg.norm.impl} path; expected {expected}"
+            )
+    if reload_diff != 0.0:
+        failures.append(
+            f"reload parity: test outputs differ by {reload_diff:.3g} after reloading {result.checkpoint} (must be 0)"
+        )
+    if reloaded_impl != cfg.norm.impl:
+        failures.append(
+            f"reload parity: {result.checkpoint} reloaded with norm {reloaded_impl!r}, trained with {cfg.norm.impl!r}"
+        )
+    return failures
+
+
 def run(cfg: DictConfig) -> RunResult:
-    """Trains once as configured, runs the checks, and returns what happened (failures included)."""
+    """Trains once as configured, runs the checks, and returns what happened (failures included).
+
+    Raises ``ConfigError``, ``CheckpointError`` (both before anything is written), ``NonFiniteLossError``
+    and ``ContractError``; ``cli.main`` turns each into one line and an exit code.
+    """
     validate(cfg)
     # The splits are small tensors already in memory; worker processes would only add start-up time.
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
@@ -303,154 +256,6 @@ def run(cfg: DictConfig) -> RunResult:
         "reload/max_abs_diff": diff,
     }
     write_hparams(logger, {**flat_hparams(cfg), "backend": backend()}, module.test_mse)
-
-    if not parity.ok:
-        result.failures.append(
-            f"initial parity: outputs differ by {parity.output_err:.3g}, gradients by {parity.grad_err:.3g}, "
-            "beyond the float32 tolerance (atol 1e-5, rtol 1e-4)"
-        )
-    # Every training step runs the Triton path once, unless the contract sent it to the reference
-    # (norm.fallback=reference, counted); the reference path never runs it.
-    expected = result.steps - result.calls["train/fallback"] if cfg.norm.impl == "triton" else 0
-    for key in ("train/forward", "train/backward"):
-        if result.calls[key] != expected:
-            result.failures.append(
-                f"integration: {result.calls[key]} Triton {key.split('/')[1]} calls in {result.steps} "
-                f"training steps on the {cfg.norm.impl} path; expected {expected}"
-            )
-    if diff != 0.0:
-        result.failures.append(f"reload parity: test outputs differ by {diff:.3g} after reloading {final} (must be 0)")
-    if reloaded_impl != cfg.norm.impl:
-        result.failures.append(f"reload parity: {final} reloaded with norm {reloaded_impl!r}, trained with {cfg.norm.impl!r}")
+    result.failures = failed_checks(cfg, result, parity, diff, reloaded_impl)
     result.seconds = time.perf_counter() - start
     return result
-
-
-def write_hparams(logger: TensorBoardLogger, params: dict, test_mse: float) -> None:
-    """The run's configuration in TensorBoard's HPARAMS tab, with test/mse (already logged) as its metric."""
-    writer = logger.experiment._get_file_writer()
-    for summary in hparams_summary(params, {"test/mse": test_mse}):
-        writer.add_summary(summary)
-    writer.flush()
-
-
-def format_summary(r: RunResult) -> str:
-    m = r.metrics
-    lines = [
-        f"run {r.name}: {'OK' if r.ok else 'FAILED'}",
-        f"  path {r.impl}, backend {r.backend}, {r.steps} steps, {r.seconds:.1f} s",
-        f"  mse: train {m.get('train/mse', float('nan')):.6f}, val {m.get('val/mse', float('nan')):.6f}, "
-        f"test {m.get('test/mse', float('nan')):.6f}",
-        f"  Triton calls: train forward {r.calls.get('train/forward')}, backward {r.calls.get('train/backward')}; "
-        f"val forward {r.calls.get('val/forward')}, test forward {r.calls.get('test/forward')}; "
-        f"training fallbacks to the reference {r.calls.get('train/fallback')} (counts of process 0)",
-        (
-            f"  initial parity: output {m['parity/initial_output_err']:.3g}, grad {m['parity/initial_grad_err']:.3g}"
-            if m.get("parity/initial_output_err") is not None
-            else "  initial parity: measured at step 0 by the run this one resumed"
-        ),
-        f"  reload parity: max |diff| {m.get('reload/max_abs_diff')} ({'bit-identical' if m.get('reload/max_abs_diff') == 0 else 'DIFFERENT'})",
-        f"  logs: {r.log_dir}",
-        f"  checkpoint: {r.checkpoint}",
-    ]
-    lines += [f"  check failed: {f}" for f in r.failures]
-    return "\n".join(lines)
-
-
-def main(cfg: DictConfig) -> RunResult:
-    """The body of ``train.py``: one run; a failed check exits non-zero (at the end of a multirun)."""
-    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    try:
-        result = run(cfg)
-        if rank_zero_only.rank != 0:
-            return result  # process 0 reports for all
-    except ConfigError as e:
-        print(f"train.py: configuration error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except CheckpointError as e:
-        print(f"train.py: checkpoint error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except NonFiniteLossError as e:
-        print(f"train.py: training stopped: {e}", file=sys.stderr)
-        sys.exit(1)
-    except ContractError as e:
-        print(f"train.py: training stopped: {e} (norm.fallback=reference sends such inputs to the reference)", file=sys.stderr)
-        sys.exit(1)
-    print(format_summary(result), flush=True)
-    if not result.ok and not multirun:
-        print(f"train.py: check failed: {result.failures[0]}", file=sys.stderr)
-        sys.exit(1)
-    return result
-
-
-def last(scalars: dict, tag: str) -> float:
-    return scalars[tag][-1][1] if scalars.get(tag) else float("nan")
-
-
-class MultirunSummary(HydraCallback):
-    """After ``train.py -m``, one table of all runs, read back from their TensorBoard event files."""
-
-    def __init__(self) -> None:
-        self.results: list[RunResult] = []
-        self.crashed: list[str] = []
-
-    def on_job_end(self, config, job_return, **kwargs) -> None:
-        try:
-            self.results.append(job_return.return_value)
-        except Exception as e:  # the job raised: keep going, report it at the end
-            self.crashed.append(f"{job_return.overrides}: {type(e).__name__}: {e}")
-
-    def on_multirun_end(self, config, **kwargs) -> None:
-        rows = []
-        for r in self.results:
-            s = read_scalars(r.log_dir)
-            rows.append(
-                {
-                    "run": r.name,
-                    "backend": r.backend,
-                    "steps": r.steps,
-                    "train/mse": last(s, "train/mse"),
-                    "val/mse": last(s, "val/mse"),
-                    "test/mse": last(s, "test/mse"),
-                    "calls/forward": last(s, "calls/forward"),
-                    "calls/backward": last(s, "calls/backward"),
-                    "parity/initial_output_err": last(s, "parity/initial_output_err"),
-                    "parity/initial_grad_err": last(s, "parity/initial_grad_err"),
-                    "reload/max_abs_diff": last(s, "reload/max_abs_diff"),
-                    "initial_weights_sha256": r.initial_weights_sha256[:16],
-                    "seconds": round(r.seconds, 1),
-                    "ok": r.ok,
-                    "log_dir": r.log_dir,
-                }
-            )
-        table = summary_table(rows)
-        print("\n" + table, flush=True)
-        out_dir = project_path(config.paths.runs)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-        (out_dir / f"summary_{stamp}.md").write_text(table + "\n")
-        (out_dir / f"summary_{stamp}.json").write_text(json.dumps({"runs": rows, "failures": [asdict(r)["failures"] for r in self.results], "crashed": self.crashed}, indent=2))
-        print(f"summary written to {out_dir / f'summary_{stamp}.md'}", flush=True)
-        failures = [f"{r.name}: {f}" for r in self.results for f in r.failures] + self.crashed
-        if failures:
-            print(f"train.py: check failed: {failures[0]}", file=sys.stderr)
-            sys.exit(1)
-
-
-def summary_table(rows: list[dict]) -> str:
-    """Runs side by side, one column per run, with the test-MSE difference when there are two."""
-    keys = [
-        "backend", "steps", "train/mse", "val/mse", "test/mse", "calls/forward", "calls/backward",
-        "parity/initial_output_err", "parity/initial_grad_err", "reload/max_abs_diff", "initial_weights_sha256",
-        "seconds", "ok",
-    ]
-
-    def fmt(v):
-        return f"{v:.6g}" if isinstance(v, float) else str(v)
-
-    header = "| | " + " | ".join(r["run"] for r in rows) + " |"
-    lines = [header, "|---" * (len(rows) + 1) + "|"]
-    lines += ["| " + k + " | " + " | ".join(fmt(r[k]) for r in rows) + " |" for k in keys]
-    if len(rows) == 2:
-        lines.append(f"\ntest/mse difference ({rows[0]['run']} - {rows[1]['run']}): {rows[0]['test/mse'] - rows[1]['test/mse']:.3g}")
-    return "\n".join(lines)

@@ -1,0 +1,50 @@
+"""The body of ``train.py``: one run, its summary, and one line on standard error when it fails.
+
+Exit codes: 2 for a configuration or checkpoint refused before any work; 1 for a run stopped by a
+non-finite loss or by the Triton contract, or a failed check (at the end of a multirun, for all runs:
+see ``summary.MultirunSummary``). Hydra itself exits 1 for a value of the wrong type or an unknown key.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig
+
+from ..ops.contract import ContractError
+from .checkpoints import CheckpointError
+from .config import ConfigError
+from .model import NonFiniteLossError
+from .run import RunResult, run
+from .summary import format_summary
+
+PROG = "train.py"
+
+
+def fail(message: str, code: int) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def main(cfg: DictConfig) -> RunResult:
+    """One run; a failed check exits non-zero (at the end of a multirun, after every run)."""
+    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    try:
+        result = run(cfg)
+    except ConfigError as e:
+        fail(f"configuration error: {e}", 2)
+    except CheckpointError as e:
+        fail(f"checkpoint error: {e}", 2)
+    except NonFiniteLossError as e:
+        fail(f"training stopped: {e}", 1)
+    except ContractError as e:
+        fail(f"training stopped: {e} (norm.fallback=reference sends such inputs to the reference)", 1)
+    if rank_zero_only.rank != 0:
+        return result  # process 0 reports for all
+    print(format_summary(result), flush=True)
+    if not result.ok and not multirun:
+        fail(f"check failed: {result.failures[0]}", 1)
+    return result
