@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from rmsnorm_kernel import ContractError, call_counts, contract, kernels, rmsnorm
-from rmsnorm_kernel.contract import DGAMMA_SCRATCH_BUDGET_BYTES, MAX_N, dgamma_scratch_bytes
+from rmsnorm_kernel import ContractError, call_counts, rmsnorm
+from rmsnorm_kernel.ops import kernels
+from rmsnorm_kernel.ops.contract import MAX_N
 
 
 @pytest.fixture
@@ -67,33 +68,6 @@ def test_direct_op_call_is_checked_too(device, no_kernel_may_run):
 
 def test_max_n_is_65536():
     assert MAX_N == 65536
-
-
-@pytest.mark.parametrize("n", [1, 257, 4096, 8192, 8193, 32768, MAX_N])
-def test_dgamma_scratch_is_bounded_whatever_the_number_of_rows(n, device):
-    """The scratch is partial rows * N * 8 bytes with a number of partial rows that stops growing with M."""
-    sizes = [dgamma_scratch_bytes(rows, n, device) for rows in (10**5, 10**6, 10**8)]
-    assert sizes[0] == sizes[1] == sizes[2] > 0
-    assert sizes[0] == kernels.max_dgamma_scratch_rows(n, torch.device(device)) * n * 8
-    assert sizes[0] <= DGAMMA_SCRATCH_BUDGET_BYTES
-    assert dgamma_scratch_bytes(10**8, n, device) < 10**8 * n * 4 // 1000  # far below the old M x N scratch
-
-
-def test_a_small_problem_needs_no_dgamma_scratch(device):
-    assert dgamma_scratch_bytes(4, 257, device) == 0  # one program writes dgamma itself
-
-
-def test_dgamma_scratch_over_budget_is_refused_when_a_gradient_is_needed(device, no_kernel_may_run, monkeypatch):
-    n = 4096
-    rows = 10**4
-    need = dgamma_scratch_bytes(rows, n, device)
-    monkeypatch.setattr(contract, "DGAMMA_SCRATCH_BUDGET_BYTES", need - 1)
-    x = torch.empty(rows, n, device=device).requires_grad_()
-    with pytest.raises(ContractError, match=r"needs a dgamma scratch of .* MiB in the backward; accepted: partial rows \* N \* 8 bytes <= "):
-        rmsnorm(x, torch.ones(n, device=device))
-    with torch.no_grad():  # no gradient, no backward, no scratch: the forward is not refused
-        monkeypatch.setattr(kernels, "rmsnorm_forward", lambda x, gamma, eps: x)
-        rmsnorm(x, torch.ones(n, device=device))
 
 
 def test_contract_error_is_a_value_error():

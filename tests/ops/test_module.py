@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from rmsnorm_kernel import RMSNorm
-from rmsnorm_kernel.tolerances import compare
+from rmsnorm_kernel.ops.tolerances import compare
 
 
 def test_weight_starts_at_ones_and_is_learnable():

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from rmsnorm_kernel import manual_backward, rmsnorm_reference
-from rmsnorm_kernel.tolerances import compare
+from rmsnorm_kernel import manual_backward, oracle, rmsnorm_reference
+from rmsnorm_kernel.ops.tolerances import compare
 
 # Triton tutorial's hand-worked example: x = [3, 4], mean(x^2) = 12.5, r = 1/sqrt(12.5 + 1e-6).
 HAND_ATOL = 1e-6
@@ -59,3 +59,14 @@ def test_reference_computes_half_inputs_in_float32_and_returns_their_dtype():
     assert torch.isfinite(y).all()
     assert compare(y, torch.ones(1, 4, dtype=torch.float16)).ok
 
+
+
+def test_oracle_gives_hand_worked_y_dx_dgamma_in_the_inputs_dtypes():
+    x, gamma, dy = torch.tensor([[3.0, 4.0]]), torch.tensor([1.0, 1.0]), torch.tensor([[1.0, 2.0]])
+    y, dx, dgamma = oracle(x, gamma, dy)
+    assert y.dtype == dx.dtype == dgamma.dtype == torch.float32
+    torch.testing.assert_close(y, torch.tensor([[0.848528, 1.131371]]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(dx, torch.tensor([[-0.090510, 0.067882]]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(dgamma, torch.tensor([0.848528, 2.262742]), atol=1e-6, rtol=0)
+    _, _, dgamma_mixed = oracle(x.half(), gamma, dy.half())
+    assert dgamma_mixed.dtype == torch.float32  # gamma's dtype
