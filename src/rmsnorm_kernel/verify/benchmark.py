@@ -397,34 +397,38 @@ def fmt(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def text_table(head: tuple[str, ...], rows: list[tuple], left: Iterable[int] = (0,), groups: list | None = None) -> str:
+    """Rows of cells under ``head``, columns in ``left`` aligned left and the others right; a blank line
+    wherever ``groups`` (one key per row) changes."""
+    left = set(left)
+    cells = [tuple(str(c) for c in row) for row in rows]
+    widths = [max(len(row[i]) for row in [head, *cells]) for i in range(len(head))]
+
+    def line(row) -> str:
+        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+
+    out = [line(head), "  ".join("-" * w for w in widths)]
+    for i, row in enumerate(cells):
+        if groups is not None and i and groups[i] != groups[i - 1]:
+            out.append("")
+        out.append(line(row))
+    return "\n".join(out)
+
+
 def format_table(results: list[Result], ceiling_tbps: float | None) -> str:
     head = ("shape", "dtype", "mode", "impl", "events us", "do_bench us", "host us", "TB/s", "% ceil", "check", "")
     lines = []
     for r in results:
-        check = "ok" if r.ok else "FAILED"
         mark = "best" if r.winner else ""
         if r.impl == "triton" and r.speedup_vs_best_peer is not None:
             mark = (mark + " " if mark else "") + f"x{r.speedup_vs_best_peer:.2f} vs best peer"
         lines.append((
             r.shape, r.dtype, r.mode, r.impl, fmt(r.events_us, ".1f"), fmt(r.do_bench_us, ".1f"), fmt(r.host_us, ".1f"),
-            fmt(r.bandwidth_tbps, ".2f"), fmt(r.pct_of_ceiling, ".0f"), check, mark,
+            fmt(r.bandwidth_tbps, ".2f"), fmt(r.pct_of_ceiling, ".0f"), "ok" if r.ok else "FAILED", mark,
         ))
-    widths = [max(len(str(row[i])) for row in [head, *lines]) for i in range(len(head))]
-    left = (0, 1, 2, 3, 9, 10)
-
-    def fmt_row(row) -> str:
-        return "  ".join(str(c).ljust(w) if i in left else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-
-    out = [fmt_row(head), "  ".join("-" * w for w in widths)]
-    previous = None
-    for r, row in zip(results, lines):
-        if previous is not None and (r.shape, r.dtype) != previous:
-            out.append("")
-        previous = (r.shape, r.dtype)
-        out.append(fmt_row(row))
+    table = text_table(head, lines, left=(0, 1, 2, 3, 9, 10), groups=[(r.shape, r.dtype) for r in results])
     ceiling = f"{ceiling_tbps:.2f} TB/s" if ceiling_tbps else "not measured"
-    out.append(f"copy ceiling: {ceiling}; 'best': fastest correct row of its group (events median)")
-    return "\n".join(out)
+    return table + f"\ncopy ceiling: {ceiling}; 'best': fastest correct row of its group (events median)"
 
 
 def write_json(report: Report, outputs: Path) -> Path:
@@ -441,6 +445,15 @@ def versions() -> dict:
     return dict(torch=torch.__version__, triton=triton.__version__, liger_kernel=liger_version(), python=platform.python_version())
 
 
+def drop_nonfinite(results: list[Result]) -> None:
+    """An error that is NaN or infinite becomes None: JSON has no such numbers."""
+    for r in results:
+        for k in ("max_abs", "max_rel"):
+            v = getattr(r, k)
+            if v is not None and not math.isfinite(v):
+                setattr(r, k, None)
+
+
 def make_report(timed: bool, device_name: str, ceiling_bps: float | None, results: list[Result], args) -> Report:
     protocol = dict(
         warmup_calls=args.warmup, samples=args.samples, calls_per_sample=args.calls, statistic="median",
@@ -449,11 +462,7 @@ def make_report(timed: bool, device_name: str, ceiling_bps: float | None, result
         eps=EPS, inputs="verify.inputs.make_inputs, seed 0", check="ops.tolerances.compare against ops.reference.oracle",
         compile="torch.compile(reference, dynamic=False), torch.compiler.reset() per shape",
     )
-    for r in results:  # JSON has no NaN or inf
-        for k in ("max_abs", "max_rel"):
-            v = getattr(r, k)
-            if v is not None and not math.isfinite(v):
-                setattr(r, k, None)
+    drop_nonfinite(results)
     return Report(
         timed=timed, device=device_name, backend=backend(), date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         ceiling_tbps=None if ceiling_bps is None else ceiling_bps / 1e12, protocol=protocol, liger_settings=dict(LIGER_SETTINGS),

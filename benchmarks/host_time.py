@@ -1,0 +1,100 @@
+"""Host time per call of the Triton path's public pieces at a small shape, against ``F.rms_norm``.
+
+At 128x257 float32 the GPU work of a call takes a few microseconds; what a caller waits for is the host
+issuing it (argument checks, allocation, the launch, autograd). Each piece is called ``--calls`` times
+back to back between two synchronisations, ``--repeats`` times; the table gives the median per call of
+the host time to issue the calls (``time.perf_counter`` before the closing synchronisation) and of the
+wall time until the GPU is done (after it). The calls are the benchmark command's own
+(``rmsnorm_kernel.verify.benchmark.make_call``); ``autograd.grad of x * gamma`` is the floor that
+PyTorch's autograd engine puts under any forward + backward, one C++ op.
+
+    python benchmarks/host_time.py [--json host_time.json]
+
+Needs a CUDA GPU: without one it exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from rmsnorm_kernel.ops import kernels
+from rmsnorm_kernel.ops.backend import CUDA, backend
+from rmsnorm_kernel.verify import benchmark as bm
+from rmsnorm_kernel.verify.inputs import make_inputs
+
+
+def pieces(x: torch.Tensor, gamma: torch.Tensor, dy: torch.Tensor) -> dict[str, Callable[[], object]]:
+    """The calls timed, by name."""
+    triton_fn = bm.make_impl("triton", x.device.type)
+    torch_fn = bm.make_impl("F.rms_norm", x.device.type)
+    counter = torch.zeros(1, dtype=torch.int32, device=x.device)  # the launchers' call counter, not the operator's
+    return {
+        "rmsnorm fwd": bm.make_call(bm.FWD, triton_fn, x, gamma, dy),
+        "rmsnorm fwd+bwd": bm.make_call(bm.FWD_BWD, triton_fn, x, gamma, dy),
+        "kernels.rmsnorm_forward": lambda: kernels.rmsnorm_forward(x, gamma, bm.EPS, counter),
+        "kernels.rmsnorm_backward": lambda: kernels.rmsnorm_backward(dy, x, gamma, bm.EPS, counter),
+        "F.rms_norm fwd": bm.make_call(bm.FWD, torch_fn, x, gamma, dy),
+        "F.rms_norm fwd+bwd": bm.make_call(bm.FWD_BWD, torch_fn, x, gamma, dy),
+        "autograd.grad of x * gamma": bm.make_call(bm.FWD_BWD, lambda a, g: a * g, x, gamma, dy),
+    }
+
+
+def host_times(device: str = "cuda", m: int = 128, n: int = 257, calls: int = 300, repeats: int = 5,
+               warmup: int = 20) -> dict[str, dict[str, float]]:
+    """{piece: {"host_us": ..., "wall_us": ...}}: medians over ``repeats`` of the per-call times of
+    ``calls`` back-to-back calls."""
+    x, gamma, dy = make_inputs((m, n), torch.float32, device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    out = {}
+    for name, fn in pieces(x, gamma, dy).items():
+        for _ in range(warmup):
+            fn()
+        sync()
+        host, wall = [], []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            t1 = time.perf_counter()
+            sync()
+            t2 = time.perf_counter()
+            host.append((t1 - t0) / calls)
+            wall.append((t2 - t0) / calls)
+        out[name] = {"host_us": statistics.median(host) * 1e6, "wall_us": statistics.median(wall) * 1e6}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
+    parser.add_argument("--json", type=Path, default=None, help="also write the times to this JSON file")
+    parser.add_argument("--calls", type=int, default=300, help="calls between two synchronisations (default 300)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported (default 5)")
+    args = parser.parse_args(argv)
+    if backend() != CUDA:
+        print("host_time: needs a CUDA GPU (on the CPU the kernels run in Triton's interpreter); none found.", file=sys.stderr)
+        return 2
+    m, n = 128, 257
+    times = host_times("cuda", m, n, args.calls, args.repeats)
+    v = bm.versions()
+    print(f"host time per call at {m}x{n} float32 on {torch.cuda.get_device_name()}: torch {v['torch']}, triton {v['triton']}")
+    print(bm.text_table(("piece", "host us", "wall us"),
+                        [(name, f"{t['host_us']:.1f}", f"{t['wall_us']:.1f}") for name, t in times.items()]))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        data = dict(device=torch.cuda.get_device_name(), **v, shape=[m, n], dtype="float32", calls=args.calls,
+                    repeats=args.repeats, statistic="median", times=times)
+        args.json.write_text(json.dumps(data, indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Time the Triton path under alternative launch plans: the data behind the constants of
+``rmsnorm_kernel.ops.launch``.
+
+Each variant is a temporary override of some of those constants (``overrides``), with the plan cache
+cleared on the way in and on the way out, so the plans made under a variant are never reused outside
+it. Every variant changes what at least one of its shapes launches (a test checks it on an H200's
+limits); ``base`` is the plan as the package ships it, timed first at each shape.
+
+Rows are checked against the oracle and timed with the benchmark command's protocol
+(``rmsnorm_kernel.verify.benchmark``: ``measure_row``, ``cuda_timer``, ``copy_ceiling``), 10 warm-up
+calls and 20 samples of 10 calls by default; 'best' marks the fastest correct plan of each shape and mode.
+
+    python benchmarks/launch_sweep.py [--json sweep.json]
+
+Needs a CUDA GPU: without one it exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from rmsnorm_kernel.ops import kernels, launch
+from rmsnorm_kernel.ops.backend import CUDA, backend
+from rmsnorm_kernel.ops.reference import oracle
+from rmsnorm_kernel.verify import benchmark as bm
+from rmsnorm_kernel.verify.inputs import make_inputs
+
+#: name -> the launch constants it overrides.
+VARIANTS: dict[str, dict[str, int]] = {
+    # small problems: persistent programs and a dgamma column sum instead of one program
+    "single_off": {"SINGLE_PROGRAM_ELEMENTS": 0},
+    # whole-row backward: one pipeline stage fewer
+    "bwd_s2": {"BWD_STAGES": 2},
+    # rows off a 16-byte boundary: more persistent forward programs, deeper pipeline
+    "unaligned_pps4_s3": {"UNALIGNED_FWD_PROGRAMS_PER_SM": 4, "UNALIGNED_FWD_STAGES": 3},
+    # looped rows: the backward's pipeline depth, the forward's chunk, the backward's grid
+    "loop_s2": {"LOOP_STAGES": 2},
+    "loop_chunk8192": {"LOOP_FWD_MAX_CHUNK": 8192},
+    "seg_pps4": {"SEG_PROGRAMS_PER_SM": 4},
+}
+#: (M, N, dtype) -> the variants timed there, after the base plan.
+SHAPES: dict[tuple[int, int, str], tuple[str, ...]] = {
+    (128, 257, "float32"): ("single_off",),
+    (32768, 4096, "float32"): ("bwd_s2",),
+    (8192, 4097, "float16"): ("unaligned_pps4_s3", "bwd_s2"),
+    (2048, 65536, "bfloat16"): ("loop_s2", "loop_chunk8192", "seg_pps4"),
+}
+BASE = "base"
+
+
+@contextlib.contextmanager
+def overrides(**constants):
+    """Set constants of ``launch`` for the duration of the block, then restore them; the plan cache is
+    cleared before and after. Refuses names ``launch`` lacks, and names the launchers in ``kernels``
+    bound at import (an override in ``launch`` would not reach their launches)."""
+    for name in constants:
+        if not hasattr(launch, name):
+            raise AttributeError(f"launch_sweep: rmsnorm_kernel.ops.launch has no constant {name}")
+        if hasattr(kernels, name):
+            raise ValueError(f"launch_sweep: {name} is read by the launchers in kernels.py directly; an override would not reach them")
+    saved = {name: getattr(launch, name) for name in constants}
+    launch.plan.cache_clear()
+    try:
+        for name, value in constants.items():
+            setattr(launch, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(launch, name, value)
+        launch.plan.cache_clear()
+
+
+def run_sweep(shapes: dict, device: str, timer: bm.Timer, ceiling_bps: float | None, log=print) -> tuple[list[bm.Result], list[str]]:
+    """One checked, timed row per (shape, variant, mode), the base plan first; returns the rows (the
+    variant in ``impl``) and, beside each, the plan it ran under."""
+    fn = bm.make_impl("triton", device)
+    rows, plans = [], []
+    for (m, n, dtype_name), variants in shapes.items():
+        inputs = make_inputs((m, n), bm.DTYPES[dtype_name], device)
+        expected = oracle(*inputs, bm.EPS)
+        for name in (BASE, *variants):
+            with overrides(**VARIANTS.get(name, {})):
+                p = launch.plan_for(inputs[0], inputs[1])
+                for mode in bm.MODES:
+                    r = bm.measure_row(mode, name, fn, inputs, expected, timer, ceiling_bps)
+                    rows.append(r)
+                    plans.append(str(p))
+                    log(f"  {m}x{n} {dtype_name:8s} {mode:7s} {name:18s} {bm.fmt(r.events_us, '.1f'):>9s} us  "
+                        f"{'ok' if r.ok else 'FAILED ' + r.detail}")
+        del inputs, expected
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    bm.mark_winners(rows)
+    return rows, plans
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
+    parser.add_argument("--json", type=Path, default=None, help="also write every row, with its plan, to this JSON file")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--calls", type=int, default=10)
+    args = parser.parse_args(argv)
+    if backend() != CUDA:
+        print("launch_sweep: needs a CUDA GPU (it times kernels); none found.", file=sys.stderr)
+        return 2
+    v = bm.versions()
+    device_name = torch.cuda.get_device_name()
+    print(f"launch sweep on {device_name}: torch {v['torch']}, triton {v['triton']}")
+    ceiling = bm.copy_ceiling()
+    timer = bm.cuda_timer(args.warmup, args.samples, args.calls, do_bench=False)
+    rows, plans = run_sweep(SHAPES, "cuda", timer, ceiling)
+    print()
+    print(bm.format_table(rows, ceiling / 1e12))
+    if args.json is not None:
+        bm.drop_nonfinite(rows)
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        data = dict(device=device_name, **v, ceiling_tbps=ceiling / 1e12,
+                    protocol=dict(warmup_calls=args.warmup, samples=args.samples, calls_per_sample=args.calls, statistic="median"),
+                    variants=VARIANTS, rows=[dict(asdict(r), plan=p) for r, p in zip(rows, plans)])
+        args.json.write_text(json.dumps(data, indent=1, allow_nan=False, default=str))
+        print(f"wrote {args.json}")
+    return 0 if all(r.ok for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""The scripts of ``benchmarks/``, in-process on the CPU: what they launch, check and count, never how fast."""
+
+import importlib.util
+import sys
+
+import pytest
+import torch
+
+from rmsnorm_kernel.ops import launch
+from rmsnorm_kernel.ops.backend import CUDA, backend
+from rmsnorm_kernel.verify import benchmark as bm
+from tests.helpers import ROOT
+
+no_gpu_only = pytest.mark.skipif(backend() == CUDA, reason="what the scripts do without a GPU")
+
+
+def _script(name):
+    path = ROOT / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+launch_sweep, host_time, compiled_step = _script("launch_sweep"), _script("host_time"), _script("compiled_step")
+
+# An H200: 132 multiprocessors, 227 KiB of shared memory per program.
+H200 = dict(sms=132, smem=227 * 1024)
+
+
+def _h200_plan(m, n, dtype):
+    x_bytes = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    # contiguous rows start on a 16-byte boundary exactly when a row's bytes are a multiple of 16
+    return launch.plan(m, n, H200["sms"], n * x_bytes % 16 == 0, x_bytes, x_bytes, H200["smem"])
+
+
+def test_every_sweep_variant_changes_the_plan_of_a_shape_and_is_undone_afterwards():
+    """A variant that leaves every one of its shapes' plans as they are would time the base plan again
+    under another name."""
+    for name, constants in launch_sweep.VARIANTS.items():
+        shapes = [shape for shape, variants in launch_sweep.SHAPES.items() if name in variants]
+        assert shapes, f"{name} is timed at no shape"
+        saved = {k: getattr(launch, k) for k in constants}
+        base = {shape: _h200_plan(*shape) for shape in shapes}
+        with launch_sweep.overrides(**constants):
+            assert {k: getattr(launch, k) for k in constants} == constants
+            changed = [shape for shape in shapes if _h200_plan(*shape) != base[shape]]
+        assert changed, f"{name} launches the base plan at each of {shapes}"
+        assert {k: getattr(launch, k) for k in constants} == saved
+        assert all(_h200_plan(*shape) == base[shape] for shape in shapes)  # no plan made under the variant survives
+
+
+def test_the_sweep_refuses_constants_an_override_would_not_reach():
+    with pytest.raises(AttributeError, match="no constant TILE_ELEMENT"):
+        with launch_sweep.overrides(TILE_ELEMENT=1):
+            pass
+    # bound into kernels.py at import: the launchers would keep launching the old value
+    with pytest.raises(ValueError, match="STATS_BLOCK_N is read by the launchers"):
+        with launch_sweep.overrides(STATS_BLOCK_N=4096):
+            pass
+    assert launch.STATS_BLOCK_N != 4096
+
+
+class FasterEachTime:
+    """A fake timer: each call it times is reported faster than the one before."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, fn):
+        fn()
+        self.calls += 1
+        return bm.Timing(1e-4 / self.calls, None, None)
+
+
+def test_a_sweep_checks_every_variant_against_the_oracle(device):
+    """At 4x257 the backward runs as a single program; ``single_off`` sends it through the persistent
+    kernel and the column sum instead. Both plans must give the oracle's answer."""
+    timer = FasterEachTime()
+    rows, plans = launch_sweep.run_sweep({(4, 257, "float32"): ("single_off",)}, device, timer, None, log=lambda s: None)
+    assert [(r.impl, r.mode) for r in rows] == [("base", bm.FWD), ("base", bm.FWD_BWD), ("single_off", bm.FWD), ("single_off", bm.FWD_BWD)]
+    assert all(r.ok for r in rows) and timer.calls == 4
+    assert "partial_rows=0" in plans[1] and "partial_rows=0" not in plans[3]
+    assert [r.winner for r in rows] == [False, False, True, True]  # the variant, timed last, is faster in both modes
+
+
+def test_host_time_times_every_piece_of_both_paths(device):
+    times = host_time.host_times(device, m=4, n=33, calls=1, repeats=1, warmup=1)
+    assert {"rmsnorm fwd", "rmsnorm fwd+bwd", "kernels.rmsnorm_forward", "F.rms_norm fwd", "F.rms_norm fwd+bwd"} <= set(times)
+    assert all(0 < t["host_us"] <= t["wall_us"] for t in times.values())
+
+
+def test_compiled_step_trains_the_same_network_on_both_paths_and_counts_triton_calls(device):
+    """Eager steps (CUDA graphs need a GPU): same seed, same initial weights, same losses on both paths
+    to float32 reordering; the Triton path's kernels count one forward and one backward per step."""
+    from rmsnorm_kernel import call_counts
+
+    losses = {}
+    for path in ("reference", "triton"):
+        step = compiled_step.make_step(path, device, compiled=False)
+        before = call_counts()
+        losses[path] = [float(step().detach()) for _ in range(3)]
+        after = call_counts()
+        k = 3 if path == "triton" else 0
+        assert {key: after[key] - before[key] for key in after} == {"forward": k, "backward": k}
+    assert losses["triton"] == pytest.approx(losses["reference"], rel=1e-5)
+    assert losses["triton"][2] < losses["triton"][0]  # Adam steps lower the loss on a fixed batch
+
+
+@no_gpu_only
+@pytest.mark.parametrize("script", [launch_sweep, host_time, compiled_step], ids=lambda s: s.__name__)
+def test_without_a_gpu_each_script_exits_2_saying_it_needs_one(script, capsys):
+    assert script.main([]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs a CUDA GPU" in err[0]
