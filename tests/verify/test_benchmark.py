@@ -202,3 +202,15 @@ def test_liger_settings_are_liger_defaults():
     params = inspect.signature(rms.LigerRMSNormFunction.forward).parameters
     for name, value in bm.LIGER_SETTINGS.items():
         assert params[name].default == value
+
+
+def test_text_table_aligns_columns_and_separates_groups():
+    table = bm.text_table(("name", "us"), [("a", "1.5"), ("bbb", "10.25"), ("c", "2")], groups=[1, 1, 2])
+    assert table.splitlines() == [
+        "name     us",
+        "----  -----",
+        "a       1.5",
+        "bbb   10.25",
+        "",
+        "c         2",
+    ]
