@@ -2,25 +2,22 @@
 
 Every command prints a table, writes a JSON report to ``<outputs>/<command>.json`` (``--outputs``,
 default ``outputs/`` in the current directory) and exits 0 when its checks hold, 1 when one fails,
-2 on a usage problem. The checks themselves live in ``checks.py``; this module parses, prints, writes.
+2 on a usage problem. The checks live in one module per command family (``campaigns``, ``negative``,
+``checkpoint_audit``...); this module parses, prints and writes.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import json
-import math
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-import torch
-
-from . import checks, figures
 from ..ops.backend import backend, kernel_device_type
 from ..ops.tolerances import TOLERANCES
+from . import campaigns, checkpoint_audit, compile_report, environment, exercise, figures, gradients, negative, profile
+from .report import cell, digits, dtype_name, format_table, verdict, write_report
 
 #: The check commands whose reports the figures read, with the campaign each runs.
 CAMPAIGN_COMMANDS = {"check-forward": "forward", "check-backward": "dx", "check-gamma": "dgamma"}
@@ -30,64 +27,7 @@ OK, FAILED, USAGE = 0, 1, 2
 
 
 # --------------------------------------------------------------------------------------------------
-# Output
-
-
-def _jsonable(obj):
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return _jsonable(dataclasses.asdict(obj))
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)  # "nan", "inf": standard JSON has no such numbers
-    if isinstance(obj, (torch.dtype, Path)):
-        return str(obj)
-    return obj
-
-
-def write_report(outputs: Path, command: str, ok: bool, body: dict) -> Path:
-    """``<outputs>/<command>.json`` with what every report carries, then ``body``."""
-    outputs.mkdir(parents=True, exist_ok=True)
-    path = outputs / f"{command}.json"
-    report = {
-        "command": command,
-        "ok": ok,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "backend": backend(),
-        "device": kernel_device_type(),
-        "torch": torch.__version__,
-        **body,
-    }
-    path.write_text(json.dumps(_jsonable(report), indent=2) + "\n")
-    return path
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
-    cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def _cell(v) -> str:
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return "-" if math.isnan(v) else f"{v:.3g}"
-    if isinstance(v, tuple):
-        return "(" + ", ".join(map(str, v)) + ")"
-    return str(v)
-
-
-def _digits(v: float) -> str:
-    return "-" if math.isnan(v) else f"{v:.7g}"  # enough to tell 0.9999995 from 1
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
+# Printing
 
 
 def _finish(ok: bool, path: Path, what: str) -> int:
@@ -102,8 +42,8 @@ def _header(title: str) -> None:
 
 
 def _tolerance_lines() -> str:
-    return "tolerances (rmsnorm_kernel.tolerances, allclose rule |a - e| <= atol + rtol * |e|): " + "; ".join(
-        f"{checks.dtype_name(d)} atol {t.atol:g} rtol {t.rtol:g}" for d, t in TOLERANCES.items() if d in checks.DTYPES
+    return "tolerances (rmsnorm_kernel.ops.tolerances, allclose rule |a - e| <= atol + rtol * |e|): " + "; ".join(
+        f"{dtype_name(d)} atol {t.atol:g} rtol {t.rtol:g}" for d, t in TOLERANCES.items() if d in campaigns.DTYPES
     )
 
 
@@ -113,10 +53,10 @@ def _tolerance_lines() -> str:
 
 def cmd_environment(args) -> int:
     _header("environment")
-    facts = checks.environment_facts()
+    facts = environment.environment_facts()
     print(format_table(["item", "value"], [(f.item, f.value) for f in facts]))
-    print("\nproof that the Triton path runs here: one (17, 257) float32 forward and backward against the oracle")
-    proof = checks.environment_proof()
+    print(f"\nproof that the Triton path runs here: one {environment.PROOF_SHAPE} {dtype_name(environment.PROOF_DTYPE)} forward and backward against the oracle")
+    proof = environment.environment_proof()
     print(format_table(
         ["campaign", "dtype", "shape", "max abs", "max rel", "verdict", "error"],
         [(c.campaign, c.dtype, c.shape, c.max_abs, c.max_rel, verdict(c.ok), c.error) for c in proof],
@@ -128,7 +68,7 @@ def cmd_environment(args) -> int:
 
 def cmd_reference(args) -> int:
     _header("reference: the oracle's gradients")
-    results = checks.reference_checks()
+    results = gradients.reference_checks()
     print(format_table(
         ["check", "dtype", "shape", "max abs", "max rel", "verdict", "detail"],
         [(r.check, r.dtype, r.shape, r.max_abs, r.max_rel, verdict(r.ok), r.detail) for r in results],
@@ -142,25 +82,25 @@ def _campaign_command(command: str) -> Callable:
     campaign = CAMPAIGN_COMMANDS[command]
 
     def run(args) -> int:
-        shapes = checks.QUICK_SHAPES if args.quick else checks.FULL_SHAPES
+        shapes = campaigns.QUICK_SHAPES if args.quick else campaigns.FULL_SHAPES
         _header(f"{command}: {CAMPAIGN_LABELS[campaign]} of the {args.kernel} kernel against the oracle")
         print(_tolerance_lines() + "\n")
-        cases = checks.run_campaign(campaign, kernel=args.kernel, shapes=shapes)
+        cases = campaigns.run_campaign(campaign, kernel=args.kernel, shapes=shapes)
         print(format_table(
             ["#", "dtype", "shape", "max abs", "max rel", "atol", "rtol", "verdict", "error"],
             [(c.seed, c.dtype, c.shape, c.max_abs, c.max_rel, c.atol, c.rtol, verdict(c.ok), c.error) for c in cases],
         ))
-        worst = checks.worst_per_dtype(cases)
+        worst = campaigns.worst_per_dtype(cases)
         passed = sum(c.ok for c in cases)
         print(f"\n{passed} of {len(cases)} cases pass. Worst case per dtype:")
         for dt, c in worst.items():
-            print(f"  {dt:9s} {_cell(c.shape):14s} max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} ({verdict(c.ok)})")
+            print(f"  {dt:9s} {cell(c.shape):14s} max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} ({verdict(c.ok)})")
         ok = passed == len(cases)
         path = write_report(args.outputs, command, ok, {
             "campaign": campaign,
             "kernel": args.kernel,
             "quick": args.quick,
-            "tolerances": {checks.dtype_name(d): dataclasses.asdict(t) for d, t in TOLERANCES.items()},
+            "tolerances": {dtype_name(d): dataclasses.asdict(t) for d, t in TOLERANCES.items()},
             "summary": {"cases": len(cases), "passed": passed, "worst_per_dtype": worst},
             "cases": cases,
         })
@@ -171,7 +111,7 @@ def _campaign_command(command: str) -> Callable:
 
 def cmd_negative(args) -> int:
     _header("negative: contract violations refused before any launch; the BLOCK-denominator mutant caught")
-    results, mutant_cases = checks.negative_checks(mutant_shapes=checks.QUICK_SHAPES if args.quick else checks.FULL_SHAPES)
+    results, mutant_cases = negative.negative_checks(mutant_shapes=campaigns.QUICK_SHAPES if args.quick else campaigns.FULL_SHAPES)
     print(format_table(["kind", "case", "verdict", "outcome"], [(r.kind, r.name, verdict(r.ok), r.outcome) for r in results]))
     ok = all(r.ok for r in results)
     path = write_report(args.outputs, "negative", ok, {"cases": results, "mutant_campaign_cases": mutant_cases})
@@ -180,10 +120,10 @@ def cmd_negative(args) -> int:
 
 def cmd_exercise(args) -> int:
     _header("exercise: mean over N, not over BLOCK = next_power_of_2(N)")
-    rows = checks.exercise()
+    rows = exercise.exercise()
     print(format_table(
         ["what", "N", "kernel", "value", "by hand", "max |diff| vs oracle", "agrees", "should agree", "verdict"],
-        [(r.what, r.n, r.kernel, _digits(r.value), _digits(r.predicted), r.max_abs_vs_reference, r.agrees_with_reference, r.should_agree, verdict(r.ok)) for r in rows],
+        [(r.what, r.n, r.kernel, digits(r.value), digits(r.predicted), r.max_abs_vs_reference, r.agrees_with_reference, r.should_agree, verdict(r.ok)) for r in rows],
     ))
     print(
         "\nvalue: the first output coordinate (forward) or max |dx - dx_oracle| (backward).\n"
@@ -197,7 +137,7 @@ def cmd_exercise(args) -> int:
 
 def cmd_profile(args) -> int:
     _header("profile: kernel counts per path")
-    rows = checks.profile_counts(shape=tuple(args.shape))
+    rows = profile.profile_counts(shape=tuple(args.shape))
     unit = rows[0].unit if rows else ""
     if kernel_device_type() != "cuda":
         print("No GPU: these are CPU operator counts (aten operators, Inductor C++ kernels), not GPU kernel launches.\n")
@@ -213,7 +153,7 @@ def cmd_profile(args) -> int:
 def cmd_compile_report(args) -> int:
     _header("compile-report: Linear -> RMSNorm (Triton) -> SiLU -> Linear under torch.compile(fullgraph=True)")
     code_dir = args.outputs / "compile-report"
-    rep = checks.compile_report(code_dir)
+    rep = compile_report.compile_report(code_dir)
     print(format_table(["item", "value"], [
         ("graphs", rep.graph_count),
         ("graph breaks", rep.graph_break_count),
@@ -248,7 +188,7 @@ def cmd_figures(args) -> int:
 
 def cmd_check_checkpoints(args) -> int:
     _header(f"check-checkpoints: every file under {args.checkpoints}/")
-    results = checks.audit_checkpoints(args.checkpoints)
+    results = checkpoint_audit.audit_checkpoints(args.checkpoints)
     audited = [r for r in results if r.stage != "skipped"]
     if results:
         print(format_table(
@@ -258,17 +198,17 @@ def cmd_check_checkpoints(args) -> int:
     ok = bool(audited) and all(r.ok for r in results)
     path = write_report(args.outputs, "check-checkpoints", ok, {"root": str(args.checkpoints), "files": results})
     if not audited:
-        return _finish(False, path, f"no {checks.CHECKPOINT_SUFFIX} file under {args.checkpoints}: nothing was verified (run train.py first)")
+        return _finish(False, path, f"no {checkpoint_audit.CHECKPOINT_SUFFIX} file under {args.checkpoints}: nothing was verified (run train.py first)")
     bad = [r for r in audited if not r.ok]
     return _finish(ok, path, f"{len(audited) - len(bad)} of {len(audited)} checkpoint(s) verified" + (f"; failing: {', '.join(r.file for r in bad)}" if bad else ""))
 
 
 def cmd_clean(args) -> int:
-    from . import clean as housekeeping
+    from . import clean
 
     try:
-        removals = housekeeping.clean_generated(args.project, dry_run=args.dry_run)
-    except housekeeping.NotTheProject as exc:
+        removals = clean.clean_generated(args.project, dry_run=args.dry_run)
+    except clean.NotTheProject as exc:
         print(exc, file=sys.stderr)
         return USAGE
     print(f"== clean --scope {args.scope}{' --dry-run' if args.dry_run else ''} ==\n")
@@ -286,7 +226,7 @@ def cmd_benchmark(args, extra: list[str]) -> int:
     try:
         from . import benchmark
     except ImportError as exc:
-        print(f"benchmark: the module rmsnorm_kernel.benchmark is not available ({exc}); it defines this command's options and runs it", file=sys.stderr)
+        print(f"benchmark: the module rmsnorm_kernel.verify.benchmark is not available ({exc}); it defines this command's options and runs it", file=sys.stderr)
         return USAGE
     parser = argparse.ArgumentParser(prog="rmsnorm-kernel benchmark", description=(benchmark.__doc__ or "").strip().split("\n")[0] or None)
     benchmark.add_arguments(parser)
@@ -306,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--outputs", type=Path, default=Path("outputs"), help="directory for the JSON reports and other files (default: outputs)")
     quick = argparse.ArgumentParser(add_help=False)
-    quick.add_argument("--quick", action="store_true", help=f"{len(checks.QUICK_SHAPES)} shapes instead of {len(checks.FULL_SHAPES)} (x 3 dtypes), for CI")
+    quick.add_argument("--quick", action="store_true", help=f"{len(campaigns.QUICK_SHAPES)} shapes instead of {len(campaigns.FULL_SHAPES)} (x 3 dtypes), for CI")
     sub = parser.add_subparsers(dest="command", metavar="command")
 
     def add(name, handler, help_text, parents=(common,), **kw):
@@ -318,9 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("reference", cmd_reference, "float64 gradcheck of the oracle, and its hand-written backward against autograd")
     for command, campaign in CAMPAIGN_COMMANDS.items():
         p = add(command, _campaign_command(command),
-                f"{CAMPAIGN_LABELS[campaign]} of the Triton path against the oracle: {len(checks.FULL_SHAPES) * len(checks.DTYPES)} cases "
+                f"{CAMPAIGN_LABELS[campaign]} of the Triton path against the oracle: {len(campaigns.FULL_SHAPES) * len(campaigns.DTYPES)} cases "
                 "(irregular shapes, float32/float16/bfloat16, gamma not all ones)", parents=(common, quick))
-        p.add_argument("--kernel", choices=sorted(checks.KERNELS[campaign]), default="triton",
+        p.add_argument("--kernel", choices=sorted(campaigns.KERNELS[campaign]), default="triton",
                        help="the kernel under test; block-mean is the deliberately broken variant (denominator BLOCK), which must fail")
     add("negative", cmd_negative, "every contract violation refused with ContractError before any kernel launch; the BLOCK-denominator mutant caught by the campaigns", parents=(common, quick))
     add("exercise", cmd_exercise, "a row of 257 ones through the correct and the BLOCK-denominator kernels (0.9999995 vs 1.411458), the same at N = 256, and the broken backward")
@@ -339,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scope", choices=["generated"], required=True, help="what to remove: 'generated' is the only scope")
     p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing (and write a report)")
     p.add_argument("--project", type=Path, default=Path("."), help="the project root; must hold this project's pyproject.toml (default: .)")
-    # Its options are defined by rmsnorm_kernel.benchmark, imported only when this command runs.
+    # Its options are defined by rmsnorm_kernel.verify.benchmark, imported only when this command runs.
     sub.add_parser("benchmark", help="time the kernels (options: rmsnorm-kernel benchmark --help)", add_help=False).set_defaults(handler=None)
     return parser
 

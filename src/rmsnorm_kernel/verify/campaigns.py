@@ -1,0 +1,137 @@
+"""The numeric campaigns behind ``check-forward``, ``check-backward`` and ``check-gamma``.
+
+Each campaign runs the Triton path (or a deliberately broken variant) over a list of shapes and dtypes
+and compares one output with ``ops.reference.oracle``, the float64 oracle rounded to the inputs' dtypes:
+
+- forward: ``rmsnorm(x, gamma)`` against the oracle's y;
+- dx, dgamma: autograd through ``rmsnorm`` with a given dy against the oracle's dx and dgamma.
+
+Comparisons use ``ops.tolerances.compare``. The inputs come from ``verify.inputs.make_inputs`` seeded by
+the case's position in the campaign, so a report can be reproduced case by case.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+import torch
+
+from ..ops.backend import kernel_device_type
+from ..ops.contract import MAX_N
+from ..ops.op import rmsnorm
+from ..ops.reference import DEFAULT_EPS, oracle
+from ..ops.tolerances import TOLERANCES, compare
+from .inputs import make_inputs
+from .mutants import dx_block_mean, forward_block_mean
+from .report import dtype_name, one_line
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+#: Rows longer than 4096, up to the largest N the contract accepts (the kernels walk such rows in chunks).
+_LONG_ROWS = tuple(s for s in ((3, 10000), (1, MAX_N)) if 4096 < s[-1] <= MAX_N)
+#: The full campaign: irregular shapes, M of 1 and 17, N of 255/256/257, powers of two and their
+#: neighbours, long rows, and inputs of more than two dimensions. At least 28 shapes x 3 dtypes.
+FULL_SHAPES: tuple[tuple[int, ...], ...] = (
+    (1, 255), (1, 256), (1, 257),
+    (17, 255), (17, 256), (17, 257),
+    (1, 1), (17, 1), (3, 2), (5, 7), (17, 33), (4, 100),
+    (9, 127), (2, 128), (6, 129), (3, 500), (2, 511), (2, 513),
+    (1, 768), (4, 1000), (2, 1023), (1, 1025), (1, 2047), (1, 3000),
+    (1, 4095), (1, 4096),
+    (2, 3, 257), (2, 2, 5, 96),
+    *_LONG_ROWS,
+)
+#: A short campaign for CI: still M of 1 and 17, N on both sides of a power of two.
+QUICK_SHAPES: tuple[tuple[int, ...], ...] = ((1, 257), (17, 255), (17, 256), (2, 3, 100))
+
+CAMPAIGNS = ("forward", "dx", "dgamma")
+#: Which of the oracle's (y, dx, dgamma) each campaign checks.
+_ORACLE_OUTPUT = {"forward": 0, "dx": 1, "dgamma": 2}
+
+
+@dataclass
+class CampaignCase:
+    """One comparison of the Triton path (or a substitute) with the oracle."""
+
+    campaign: str
+    kernel: str
+    dtype: str
+    shape: tuple[int, ...]
+    seed: int
+    max_abs: float
+    max_rel: float
+    atol: float
+    rtol: float
+    ok: bool
+    error: str = ""
+
+
+def _triton_grads(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: float):
+    xl = x.detach().clone().requires_grad_()
+    gl = gamma.detach().clone().requires_grad_()
+    rmsnorm(xl, gl, eps).backward(dy)
+    return xl.grad, gl.grad
+
+
+def triton_dx(dy, x, gamma, eps):
+    return _triton_grads(dy, x, gamma, eps)[0]
+
+
+def triton_dgamma(dy, x, gamma, eps):
+    return _triton_grads(dy, x, gamma, eps)[1]
+
+
+#: What each campaign can run: the Triton path, and for forward and dx the deliberately broken variant
+#: of ``mutants.py`` (denominator BLOCK_N instead of N), which the campaign must catch. A forward takes
+#: ``(x, gamma, eps)``, a backward ``(dy, x, gamma, eps)``.
+KERNELS: dict[str, dict[str, Callable]] = {
+    "forward": {"triton": rmsnorm, "block-mean": forward_block_mean},
+    "dx": {"triton": triton_dx, "block-mean": dx_block_mean},
+    "dgamma": {"triton": triton_dgamma},
+}
+
+
+def run_campaign(
+    campaign: str,
+    kernel: str = "triton",
+    shapes: Iterable[Sequence[int]] = FULL_SHAPES,
+    dtypes: Iterable[torch.dtype] = DTYPES,
+    eps: float = DEFAULT_EPS,
+    device: str | None = None,
+) -> list[CampaignCase]:
+    """Compare ``kernel`` with the oracle for every (shape, dtype); an exception fails its case only."""
+    if campaign not in KERNELS:
+        raise ValueError(f"campaign is {campaign!r}; accepted: {', '.join(CAMPAIGNS)}")
+    if kernel not in KERNELS[campaign]:
+        raise ValueError(f"kernel {kernel!r} has no {campaign} variant; accepted: {', '.join(KERNELS[campaign])}")
+    fn = KERNELS[campaign][kernel]
+    device = device or kernel_device_type()
+    dtypes = tuple(dtypes)
+    cases = []
+    for seed, (shape, dtype) in enumerate((tuple(s), d) for s in shapes for d in dtypes):
+        tol = TOLERANCES[dtype]
+        x, gamma, dy = make_inputs(shape, dtype, device, seed=seed)
+        try:
+            want = oracle(x, gamma, dy, eps)[_ORACLE_OUTPUT[campaign]]
+            got = fn(x, gamma, eps) if campaign == "forward" else fn(dy, x, gamma, eps)
+            c = compare(got, want)
+            case = CampaignCase(campaign, kernel, dtype_name(dtype), shape, seed, c.max_abs, c.max_rel, tol.atol, tol.rtol, c.ok)
+        except Exception as exc:  # a crash is a failed case, reported with the others
+            case = CampaignCase(campaign, kernel, dtype_name(dtype), shape, seed, math.nan, math.nan, tol.atol, tol.rtol, False, one_line(exc))
+        cases.append(case)
+    return cases
+
+
+def worst_per_dtype(cases: Iterable[CampaignCase]) -> dict[str, CampaignCase]:
+    """Per dtype, a failing case if there is one, else the case with the largest absolute error."""
+
+    def badness(c: CampaignCase):
+        return (not c.ok, c.max_abs if not math.isnan(c.max_abs) else math.inf)
+
+    worst: dict[str, CampaignCase] = {}
+    for c in cases:
+        if c.dtype not in worst or badness(c) > badness(worst[c.dtype]):
+            worst[c.dtype] = c
+    return worst

@@ -1,0 +1,88 @@
+"""What every check command shares: names and one-line errors for its records, its table, its JSON report."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from ..ops.backend import backend, kernel_device_type
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message``: enough for a table cell; some errors carry whole tracebacks."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def cell(v) -> str:
+    """A value as a table shows it: yes/no, three significant digits, '-' for NaN, tuples in parentheses."""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return "-" if math.isnan(v) else f"{v:.3g}"
+    if isinstance(v, tuple):
+        return "(" + ", ".join(map(str, v)) + ")"
+    return str(v)
+
+
+def digits(v: float) -> str:
+    """Seven significant digits: enough to tell 0.9999995 from 1."""
+    return "-" if math.isnan(v) else f"{v:.7g}"
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
+    cells = [[str(h) for h in headers]] + [[cell(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def jsonable(obj):
+    """``obj`` with dataclasses, tuples, dtypes, paths and non-finite floats turned into JSON values."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return jsonable(dataclasses.asdict(obj))
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)  # "nan", "inf": standard JSON has no such numbers
+    if isinstance(obj, (torch.dtype, Path)):
+        return str(obj)
+    return obj
+
+
+def write_report(outputs: Path, command: str, ok: bool, body: dict) -> Path:
+    """``<outputs>/<command>.json`` with what every report carries, then ``body``."""
+    outputs.mkdir(parents=True, exist_ok=True)
+    path = outputs / f"{command}.json"
+    report = {
+        "command": command,
+        "ok": ok,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "backend": backend(),
+        "device": kernel_device_type(),
+        "torch": torch.__version__,
+        **body,
+    }
+    path.write_text(json.dumps(jsonable(report), indent=2) + "\n")
+    return path
