@@ -67,3 +67,11 @@ def test_pipeline_stages_shrink_to_fit_the_gpu_s_shared_memory(x_bytes, gamma_by
                 assert (p.fwd_stages - 1) * fwd <= usable and (p.bwd_stages - 1) * bwd <= usable, (rows, n, aligned, p)
     # and with room to spare, the configured depth is kept
     assert launch.plan(16384, 4096, 132, True, 4, 4, 227 * 1024).bwd_stages == launch.BWD_STAGES
+
+
+@pytest.mark.parametrize("n, x_bytes", [(4096, 4), (8192, 2)], ids=["4096-float32", "8192-half"])
+def test_aligned_rows_of_16_kib_take_the_two_pass_forward_in_one_chunk(n, x_bytes):
+    p = launch.plan(5, n, H200["sms"], True, x_bytes, x_bytes, H200["smem"])
+    assert p.fwd_two_pass and not p.looped and (p.block_n, p.fwd_programs, p.fwd_warps) == (n, 5, 8)
+    assert not launch.plan(5, n, H200["sms"], False, x_bytes, x_bytes, H200["smem"]).fwd_two_pass
+    assert not launch.plan(5, n // 2, H200["sms"], True, x_bytes, x_bytes, H200["smem"]).fwd_two_pass  # 8 KiB rows

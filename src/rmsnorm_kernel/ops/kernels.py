@@ -13,7 +13,8 @@ Two shapes of kernel, chosen by the row length N (``launch.py`` holds the rules)
   add nothing to the sums, but they are not elements, so every mean divides by N, never by BLOCK_N.
 - Looped rows (N > ROW_LIMIT, up to contract.MAX_N = 65536): a row does not fit in one program's
   registers, so the kernels walk it in column chunks of BLOCK_N. The forward reads each row twice (the
-  sum of squares, then y), the second time from L2; the backward takes two steps.
+  sum of squares, then y), the second time from L2; the backward takes two steps. Aligned rows of
+  16 KiB take the same two-pass forward, one chunk a row (launch.py, rule 3).
 
 The backward recomputes r from the row of x it loads anyway rather than reading a saved copy: the
 custom op returns y alone, and the recomputation costs arithmetic, not memory traffic.
@@ -115,7 +116,7 @@ def _rmsnorm_bwd_kernel(
 
 
 # --------------------------------------------------------------------------------------------------
-# Looped rows (N > launch.ROW_LIMIT): forward in two passes
+# Looped rows (N > launch.ROW_LIMIT), and aligned rows of 16 KiB: forward in two passes
 # --------------------------------------------------------------------------------------------------
 
 
@@ -233,7 +234,7 @@ def _dgamma_column_sum_kernel(PARTIAL, DGAMMA, P, N, BLOCK_P: tl.constexpr, BLOC
 # --------------------------------------------------------------------------------------------------
 
 
-def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+def as_rows(t: torch.Tensor, n: int) -> torch.Tensor:
     """(..., N) as a (rows, N) view with a unit column stride; a copy only when no such view exists."""
     try:
         t2 = t.view(-1, n) if t.dim() != 2 else t
@@ -252,11 +253,11 @@ def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, calls: tor
     """y = rmsnorm(x) * gamma in x's dtype, contiguous, for x of shape (..., N) with rows at one stride.
     ``calls``: a one-element int32 counter on x's device that the kernel increments."""
     n = x.shape[-1]
-    x2 = _rows(x, n)
+    x2 = as_rows(x, n)
     rows = x2.shape[0]
     y = _empty_like_contiguous(x)
     p = p or plan_for(x2, gamma)
-    if p.looped:
+    if p.fwd_two_pass:
         _rmsnorm_fwd_chunked_kernel[(p.fwd_programs,)](
             x2, gamma, y, calls, n, x2.stride(0), n, eps,
             BLOCK_N=p.block_n, STAGES=p.fwd_stages, EVEN_N=n % p.block_n == 0, num_warps=p.fwd_warps)
@@ -273,8 +274,8 @@ def rmsnorm_backward(
     """(dx in x's dtype, dgamma in gamma's dtype) for dy and x of the same shape (..., N).
     ``calls``: a one-element int32 counter on x's device that the first kernel increments."""
     n = x.shape[-1]
-    x2 = _rows(x, n)
-    dy2 = _rows(dy, n)  # autograd may hand over any layout, e.g. a broadcast (stride-0) gradient
+    x2 = as_rows(x, n)
+    dy2 = as_rows(dy, n)  # autograd may hand over any layout, e.g. a broadcast (stride-0) gradient
     rows = x2.shape[0]
     dx = _empty_like_contiguous(x)
     dgamma = torch.empty_like(gamma)

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from . import kernels
 from .contract import check_forward
+from .launch import Plan, plan_for
 from .reference import DEFAULT_EPS
 
 # How many times the Triton forward and backward ran, per device: one-element int32 counters that the
@@ -50,12 +51,12 @@ def reset_call_counts() -> None:
         b.zero_()
 
 
-def _forward(x: Tensor, gamma: Tensor, eps: float) -> Tensor:
-    return kernels.rmsnorm_forward(x, gamma, eps, _counters(x.device)[0])
+def _forward(x: Tensor, gamma: Tensor, eps: float, plan: Plan | None = None) -> Tensor:
+    return kernels.rmsnorm_forward(x, gamma, eps, _counters(x.device)[0], plan)
 
 
-def _backward_kernels(dy: Tensor, x: Tensor, gamma: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    return kernels.rmsnorm_backward(dy, x, gamma, eps, _counters(x.device)[1])
+def _backward_kernels(dy: Tensor, x: Tensor, gamma: Tensor, eps: float, plan: Plan | None = None) -> tuple[Tensor, Tensor]:
+    return kernels.rmsnorm_backward(dy, x, gamma, eps, _counters(x.device)[1], plan)
 
 
 @torch.library.custom_op("rmsnorm_kernel::rmsnorm", mutates_args=())
@@ -115,7 +116,8 @@ class _RMSNormFunction(torch.autograd.Function):
     def forward(ctx, x: Tensor, gamma: Tensor, eps: float) -> Tensor:
         ctx.save_for_backward(x, gamma)
         ctx.eps = eps
-        return _forward(x, gamma, eps)
+        ctx.plan = plan_for(kernels.as_rows(x, x.shape[-1]), gamma)  # made once, for both directions
+        return _forward(x, gamma, eps, ctx.plan)
 
     @staticmethod
     def backward(ctx, dy: Tensor):
@@ -125,7 +127,7 @@ class _RMSNormFunction(torch.autograd.Function):
             # (called directly, the kernels would return silently detached gradients).
             dx, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(dy, x, gamma, ctx.eps)
         else:
-            dx, dgamma = _backward_kernels(dy, x, gamma, ctx.eps)
+            dx, dgamma = _backward_kernels(dy, x, gamma, ctx.eps, ctx.plan)
         return dx, dgamma, None
 
 
