@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from rmsnorm_kernel import figures
-from rmsnorm_kernel.cli import main
+from rmsnorm_kernel.verify import figures
+from rmsnorm_kernel.verify.cli import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STEPS = 12

@@ -1,0 +1,98 @@
+"""What several test modules of ``tests/verify`` share: running the command line in-process, reading its
+reports, and building the files the commands read (checkpoints, a project tree)."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from rmsnorm_kernel import RMSNorm
+from rmsnorm_kernel.verify.cli import main
+from rmsnorm_kernel.verify.compile_report import SmallNet
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of ``main(argv)`` run in this process."""
+    rc = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def read_report(outputs: Path, command: str) -> dict:
+    return json.loads((Path(outputs) / f"{command}.json").read_text())
+
+
+# --------------------------------------------------------------------------------------------------
+# Checkpoints in the training's format
+
+
+def build_network(input_dim, hidden_dim, output_dim, norm_impl, eps):
+    """A stand-in for the training's network builder, with the same layer names."""
+    return nn.Sequential(OrderedDict(
+        inp=nn.Linear(input_dim, hidden_dim), norm=RMSNorm(hidden_dim, eps=eps, impl=norm_impl),
+        act=nn.SiLU(), out=nn.Linear(hidden_dim, output_dim),
+    ))
+
+
+HPARAMS = {"input_dim": 6, "hidden_dim": 33, "output_dim": 2, "norm_impl": "triton", "eps": 1e-6, "lr": 1e-3}
+
+
+def write_checkpoint(path: Path, device: str, seed: int = 0, prefix: str = "net.", tamper: float = 0.0, builder=build_network) -> Path:
+    """A checkpoint as the training writes it: Lightning's keys plus a batch of test inputs and the
+    network's outputs on them (shifted by ``tamper``, to make a file whose record does not reproduce)."""
+    torch.manual_seed(seed)
+    net = builder(**{k: v for k, v in HPARAMS.items() if k != "lr"}).to(device)
+    with torch.no_grad():
+        net.norm.weight.uniform_(0.5, 1.5)
+        inputs = torch.randn(5, HPARAMS["input_dim"], device=device)
+        outputs = net(inputs) + tamper
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({
+        "epoch": 0, "global_step": 3, "pytorch-lightning_version": "2.5.0",
+        "state_dict": {prefix + k: v.cpu() for k, v in net.state_dict().items()},
+        "hyper_parameters": dict(HPARAMS),
+        "rmsnorm_kernel": {"test_inputs": inputs.cpu(), "test_outputs": outputs.cpu()},
+    }, path)
+    return path
+
+
+# --------------------------------------------------------------------------------------------------
+# A project tree for clean
+
+
+#: What ``make_project`` creates that ``clean --scope generated`` must remove, and what it must keep.
+GENERATED = {"outputs", "runs", "checkpoints", "multirun", ".pytest_cache", "src/pkg/__pycache__", "tests/__pycache__"}
+KEPT = {"pyproject.toml", "src/pkg/mod.py", "conf/config.yaml", ".venv/lib/__pycache__", "venv2/lib/__pycache__"}
+
+
+def make_project(root: Path, name: str = "rmsnorm_kernel") -> Path:
+    """A project named ``name`` with generated directories, sources, and two virtual environments."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pyproject.toml").write_text(f'[project]\nname = "{name}"\nversion = "0"\n')
+    for d in ("outputs/hydra", "runs/triton_seed0", "checkpoints/triton_seed0", "multirun", ".pytest_cache",
+              "src/pkg/__pycache__", "tests/__pycache__", ".venv/lib/__pycache__", "venv2/lib/__pycache__", "conf"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    (root / "venv2" / "pyvenv.cfg").write_text("home = /usr\n")
+    (root / "runs" / "triton_seed0" / "events.out.tfevents.1").write_text("x")
+    (root / "src" / "pkg" / "mod.py").write_text("x = 1\n")
+    (root / "src" / "pkg" / "__pycache__" / "mod.pyc").write_bytes(b"\0")
+    (root / "conf" / "config.yaml").write_text("seed: 0\n")
+    return root
+
+
+# --------------------------------------------------------------------------------------------------
+# A network with a graph break
+
+
+class BreakingNet(SmallNet):
+    """``SmallNet`` with data-dependent Python control flow in its forward: a graph break."""
+
+    def forward(self, x):
+        h = self.norm(self.inp(x))
+        if h.sum().item() > 1e30:
+            h = h * 2
+        return self.out(torch.nn.functional.silu(h))

@@ -1,0 +1,33 @@
+"""The compile report: no graph break, Inductor's code saved, the custom ops called from it opaquely."""
+
+from pathlib import Path
+
+from rmsnorm_kernel.verify import compile_report
+
+from .helpers import BreakingNet
+
+
+def test_compile_report_saves_inductor_code_that_calls_both_ops(tmp_path, device):
+    rep = compile_report.compile_report(tmp_path / "code", device=device)
+    assert rep.ok, rep.problems
+    assert rep.graph_break_count == 0 and rep.outputs_match and rep.grads_match
+    assert rep.triton_calls == {"forward": 1, "backward": 1}
+    assert rep.code_files and all(Path(f).parent == tmp_path / "code" for f in rep.code_files)
+    code = "\n".join(Path(f).read_text() for f in rep.code_files)
+    assert "torch.ops.rmsnorm_kernel.rmsnorm.default(" in code
+    assert "torch.ops.rmsnorm_kernel.rmsnorm_backward.default(" in code
+    assert any(">> " in e and "rmsnorm_kernel.rmsnorm.default(" in e for e in rep.excerpts)
+
+
+def test_compile_report_reports_graph_breaks(tmp_path, device, monkeypatch):
+    monkeypatch.setattr(compile_report, "SmallNet", BreakingNet)
+    rep = compile_report.compile_report(tmp_path / "code", device=device)
+    assert not rep.ok
+    assert rep.graph_break_count >= 1 and "graph break" in rep.problems[0]
+
+
+def test_op_call_excerpts_mark_each_call_with_its_context():
+    code = "\n".join(["a = 1", "b = 2", "buf0 = torch.ops.rmsnorm_kernel.rmsnorm.default(x, w, 1e-06)", "c = 3", "d = 4", "e = 5"])
+    calls, excerpts = compile_report.op_call_excerpts(code, context=1)
+    assert calls == ["buf0 = torch.ops.rmsnorm_kernel.rmsnorm.default(x, w, 1e-06)"]
+    assert excerpts == ["   b = 2\n>> buf0 = torch.ops.rmsnorm_kernel.rmsnorm.default(x, w, 1e-06)\n   c = 3"]

@@ -1,0 +1,45 @@
+"""What every command's output shares: table cells, one-line errors, and the JSON report."""
+
+import json
+import math
+from dataclasses import dataclass
+
+import torch
+
+from rmsnorm_kernel.verify import report
+
+
+def test_dtype_name_and_power_of_two():
+    assert report.dtype_name(torch.bfloat16) == "bfloat16"
+    assert [n for n in range(0, 10) if report.is_power_of_two(n)] == [1, 2, 4, 8]
+
+
+def test_one_line_keeps_the_type_and_the_first_line_only():
+    assert report.one_line(RuntimeError("launch failed\n  Traceback ...")) == "RuntimeError: launch failed"
+    assert report.one_line(ValueError()) == "ValueError: "
+
+
+def test_table_aligns_columns_and_writes_cells_readably():
+    table = report.format_table(["a", "value"], [(True, 1.23456e-7), ("long name", math.nan), ((1, 257), 2)])
+    assert table.splitlines() == [
+        "a          value",
+        "---------  --------",
+        "yes        1.23e-07",
+        "long name  -",
+        "(1, 257)   2",
+    ]
+
+
+@dataclass
+class Record:
+    shape: tuple
+    err: float
+
+
+def test_report_is_json_with_the_common_keys_and_readable_non_finite_numbers(tmp_path):
+    path = report.write_report(tmp_path / "out", "check-x", False, {"cases": [Record((1, 2), math.nan)], "dtype": torch.float16})
+    assert path == tmp_path / "out" / "check-x.json"
+    data = json.loads(path.read_text())
+    assert {"command", "ok", "created", "backend", "device", "torch"} <= set(data)
+    assert (data["command"], data["ok"], data["torch"]) == ("check-x", False, torch.__version__)
+    assert data["cases"] == [{"shape": [1, 2], "err": "nan"}] and data["dtype"] == "torch.float16"
