@@ -83,7 +83,7 @@ def _campaign_command(command: str) -> Callable:
 
     def run(args) -> int:
         shapes = campaigns.QUICK_SHAPES if args.quick else campaigns.FULL_SHAPES
-        _header(f"{command}: {CAMPAIGN_LABELS[campaign]} of the {args.kernel} kernel against the oracle")
+        _header(f"{command}: {CAMPAIGN_LABELS[campaign]} of the {args.kernel} kernel against the float64 oracle")
         print(_tolerance_lines() + "\n")
         cases = campaigns.run_campaign(campaign, kernel=args.kernel, shapes=shapes)
         print(format_table(

@@ -18,7 +18,6 @@ import re
 import textwrap
 
 import torch
-import triton
 
 from ..ops import kernels
 from ..ops.launch import device_limits, plan

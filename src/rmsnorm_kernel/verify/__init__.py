@@ -1,0 +1,9 @@
+"""The checks behind ``python -m rmsnorm_kernel <command>``, one module per command family.
+
+``cli`` parses and prints; ``report`` holds what every command's output shares. ``campaigns`` (the
+numeric comparisons with the oracle), ``environment``, ``gradients`` (the oracle's own gradients),
+``negative`` (contract refusals, the launch tripwire, the mutants caught), ``exercise``, ``profile``,
+``compile_report``, ``checkpoint_audit``, ``figures`` and ``clean`` each back one or more commands;
+``mutants`` builds the deliberately broken kernels, ``inputs`` draws every check's inputs, and
+``benchmark`` times the kernels on a GPU.
+"""
