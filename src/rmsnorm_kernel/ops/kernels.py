@@ -246,6 +246,8 @@ def as_rows(t: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def _empty_like_contiguous(x: torch.Tensor) -> torch.Tensor:
+    if x.is_contiguous():
+        return torch.empty_like(x)  # the cheaper call
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
