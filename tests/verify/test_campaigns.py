@@ -47,11 +47,11 @@ def test_quick_campaign_has_m_of_1_and_17_and_n_on_both_sides_of_a_power_of_two(
     assert any(len(s) > 2 for s in campaigns.QUICK_SHAPES)
 
 
-def test_campaign_gamma_is_never_all_ones():
+def test_campaign_gamma_is_never_all_ones(device):
     # the inputs a full campaign draws: case i is seeded with i, shapes outer and dtypes inner
     cases = [(s, d) for s in campaigns.FULL_SHAPES for d in campaigns.DTYPES]
     for seed, (shape, dtype) in enumerate(cases):
-        _, gamma, _ = make_inputs(shape, dtype, "cpu", seed=seed)
+        _, gamma, _ = make_inputs(shape, dtype, device, seed=seed)
         assert not torch.all(gamma == 1), (shape, dtype)
 
 
