@@ -1,27 +1,22 @@
 """The Hydra configuration through Hydra's compose API: groups, overrides, typed and range errors."""
 
-from pathlib import Path
+import subprocess
+import sys
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ValidationError
 
-from rmsnorm_kernel.config import ConfigError, validate
-
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
-
-
-def compose_cfg(overrides=()):
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+from rmsnorm_kernel.training.config import ConfigError, validate
+from tests.helpers import compose_cfg
 
 
 def test_defaults_are_the_documented_schedule_on_the_triton_path():
     cfg = compose_cfg()
     assert cfg.norm.impl == "triton"
-    assert (cfg.trainer.max_steps, cfg.data.batch_size, cfg.model.hidden_dim) == (100, 32, 257)
-    assert (cfg.paths.runs, cfg.paths.checkpoints, cfg.seed) == ("runs", "checkpoints", 0)
+    assert (cfg.trainer.max_steps, cfg.trainer.val_check_interval, cfg.checkpoint.every_n_steps) == (100, 25, 50)
+    assert (cfg.data.batch_size, cfg.model.input_dim, cfg.model.hidden_dim, cfg.model.output_dim) == (32, 64, 257, 16)
+    assert (cfg.paths.runs, cfg.paths.checkpoints, cfg.seed, cfg.ckpt_path) == ("runs", "checkpoints", 0, None)
     validate(cfg)
 
 
@@ -61,6 +56,9 @@ def test_unknown_key_is_refused():
         ("data.batch_size=-1", r"data.batch_size is -1; accepted: an integer >= 1"),
         ("data.batch_size=4096", r"data.batch_size is 4096, larger than data.train_size"),
         ("model.lr=0", r"model.lr is 0.0; accepted: a number > 0"),
+        ("norm.eps=-1e-6", r"norm.eps is -1e-06; accepted: a number > 0"),
+        ("data.noise=-0.1", r"data.noise is -0.1; accepted: a number >= 0"),
+        ("norm.fallback=triton", r"norm.fallback is 'triton'; accepted: null or reference"),
         ("trainer.precision=fp8", r"trainer.precision is 'fp8'"),
     ],
 )
@@ -69,3 +67,11 @@ def test_out_of_range_values_are_refused_by_validate(override, message):
     with pytest.raises(ConfigError, match=message):
         validate(cfg)
 
+
+@pytest.mark.slow
+def test_importing_the_config_imports_neither_triton_nor_lightning():
+    # A fresh interpreter: in this one, other tests have imported both already.
+    code = "import sys, rmsnorm_kernel.training.config; print(sorted({'triton', 'lightning'} & set(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -1,53 +1,55 @@
-"""Data parallelism through Lightning's DDP (2 processes: CPU with gloo, or 2 GPUs): same training as one process."""
+"""Data parallelism through Lightning's DDP: 2 processes of 16 examples train like 1 process of 32.
+
+Two processes on the CPU (gloo) where the kernels run through Triton's interpreter; where they run on
+CUDA, two GPUs (NCCL), since the Triton path takes no CPU tensors there. Skipped on a machine with one GPU.
+The single-process runs they are compared with train in this process.
+"""
 
 import math
 
 import pytest
 import torch
 
-from rmsnorm_kernel.checkpoints import read_checkpoint
-from rmsnorm_kernel.model import build_network
-from rmsnorm_kernel.tolerances import TRAINING_CURVE_RTOL, compare
-from rmsnorm_kernel.events import read_scalars
+from rmsnorm_kernel.ops.tolerances import TRAINING_CURVE_RTOL, compare
+from rmsnorm_kernel.training.checkpoints import read_checkpoint
+from rmsnorm_kernel.training.events import read_scalars
+from tests.helpers import train_process
 
-from .test_training import train
+from .helpers import checkpoint_of, rerun_recorded_outputs, train
 
-STEPS = 40
-SCHEDULE = [f"trainer.max_steps={STEPS}", "trainer.val_check_interval=20", "checkpoint.every_n_steps=20"]
-# Two processes on the CPU where the kernels run through the interpreter; where they run on CUDA, two
-# GPUs (the Triton path accepts no CPU tensors there).
+STEPS = 16
+SCHEDULE = [f"trainer.max_steps={STEPS}", "trainer.val_check_interval=8", "checkpoint.every_n_steps=8",
+            "data.train_size=512", "data.val_size=64", "data.test_size=64"]
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
-DDP_DEVICE = ["trainer.accelerator=gpu"] if GPUS else ["trainer.accelerator=cpu"]
-pytestmark = pytest.mark.skipif(
-    GPUS == 1, reason="DDP needs 2 processes on one kind of device: 2 GPUs here, or the CPU (no CUDA at all)"
-)
+DDP = ["trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=gpu" if GPUS else "trainer.accelerator=cpu"]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(GPUS == 1, reason="DDP needs 2 processes on one kind of device: 2 GPUs here, or the CPU (no CUDA at all)"),
+]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Both paths, once on 2 processes x 16 examples and once on 1 process x 32: the same global batch."""
+    """Both paths, once on 2 processes x 16 examples (train.py) and once on 1 x 32 (in this process)."""
     out = {}
-    for layout, args in {
-        "ddp": ["trainer.strategy=ddp", "trainer.devices=2", *DDP_DEVICE, "data.batch_size=16"],
-        "single": ["data.batch_size=32"],
-    }.items():
-        for impl in ("reference", "triton"):
-            d = tmp_path_factory.mktemp(f"{layout}_{impl}")
-            proc = train(d, f"norm={impl}", *SCHEDULE, *args)
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            out[layout, impl] = (d, proc)
+    for impl in ("reference", "triton"):
+        d = tmp_path_factory.mktemp(f"ddp_{impl}")
+        proc = train_process(d, f"norm={impl}", *SCHEDULE, *DDP, "data.batch_size=16")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out["ddp", impl] = (d, proc)
+        d = tmp_path_factory.mktemp(f"single_{impl}")
+        assert train(d, f"norm={impl}", *SCHEDULE, "data.batch_size=32").ok
+        out["single", impl] = (d, None)
     return out
 
 
-def final(d, impl):
-    (path,) = (d / "checkpoints" / f"{impl}_seed0").glob("version_*/final.ckpt")
-    return path, read_checkpoint(path)
+def final(runs, layout, impl):
+    return read_checkpoint(checkpoint_of(runs[layout, impl][0], impl))
 
 
 @pytest.mark.parametrize("impl", ["reference", "triton"])
 def test_ddp_final_weights_match_the_single_process_run_at_the_same_global_batch(runs, impl):
-    _, ddp = final(runs["ddp", impl][0], impl)
-    _, single = final(runs["single", impl][0], impl)
+    ddp, single = final(runs, "ddp", impl), final(runs, "single", impl)
     assert ddp["global_step"] == single["global_step"] == STEPS
     for key, tensor in single["state_dict"].items():
         c = compare(ddp["state_dict"][key], tensor)
@@ -55,8 +57,7 @@ def test_ddp_final_weights_match_the_single_process_run_at_the_same_global_batch
 
 
 def test_ddp_paths_agree_with_each_other(runs):
-    _, ref = final(runs["ddp", "reference"][0], "reference")
-    _, tri = final(runs["ddp", "triton"][0], "triton")
+    ref, tri = final(runs, "ddp", "reference"), final(runs, "ddp", "triton")
     for key, tensor in ref["state_dict"].items():
         assert compare(tri["state_dict"][key], tensor).ok, key
 
@@ -85,12 +86,7 @@ def test_ddp_checkpoint_is_written_once_and_reloads_in_one_process(runs, impl):
     d, _ = runs["ddp", impl]
     ckpt_dirs = list((d / "checkpoints").glob("*/version_*"))
     assert len(ckpt_dirs) == 1
-    assert sorted(p.name for p in ckpt_dirs[0].iterdir()) == ["final.ckpt", "last.ckpt", "step00020.ckpt", "step00040.ckpt"]
-    _, ckpt = final(d, impl)
-    hp = ckpt["hyper_parameters"]
-    net = build_network(**{k: hp[k] for k in ("input_dim", "hidden_dim", "output_dim", "norm_impl", "eps")})
-    net.load_state_dict({k.removeprefix("net."): v for k, v in ckpt["state_dict"].items()})
-    probe = ckpt["rmsnorm_kernel"]
-    with torch.no_grad():
-        out = net(probe["test_inputs"])
-    assert torch.equal(out, probe["test_outputs"])  # the outputs recorded by the DDP run, bit for bit
+    assert sorted(p.name for p in ckpt_dirs[0].iterdir()) == ["final.ckpt", "last.ckpt", "step00008.ckpt", "step00016.ckpt"]
+    # one process, where the kernels run: the outputs the DDP run recorded, bit for bit
+    now, recorded = rerun_recorded_outputs(final(runs, "ddp", impl))
+    assert torch.equal(now, recorded)

@@ -1,4 +1,5 @@
-"""Exact resume, crash-safe checkpoints, bad checkpoint files and reproducible runs, through train.py."""
+"""Resuming: exact continuation after a crash, the checkpoint ``ckpt_path`` names checked before any
+work, and reproducible runs. The slow tests kill real ``train.py`` processes."""
 
 import argparse
 import os
@@ -7,163 +8,100 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
-from rmsnorm_kernel.checkpoints import CheckpointError, atomic_torch_save, read_checkpoint
-from rmsnorm_kernel.events import read_scalars
+from rmsnorm_kernel.training.checkpoints import CheckpointError, read_checkpoint
+from rmsnorm_kernel.training.model import RMSNormRegressor
+from tests.helpers import ROOT, train_process
 
-from .test_training import ROOT, train
-
-QUIET = ["trainer.enable_progress_bar=false"]
-
-
-def final_state(tmp_path, impl):
-    (path,) = (tmp_path / "checkpoints" / f"{impl}_seed0").glob("version_*/final.ckpt")
-    return read_checkpoint(path)
-
-
-def assert_same_tree(a, b, where="checkpoint"):
-    """Every tensor bit-identical (torch.equal), every other value equal, the same keys."""
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for k in a:
-            assert_same_tree(a[k], b[k], f"{where}[{k!r}]")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same_tree(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
-
-
-def scalars_of(tmp_path, impl):
-    (run,) = (tmp_path / "runs" / f"{impl}_seed0").glob("version_*")
-    return read_scalars(run)
-
-
-KILL_AT_STEP = (
-    "import os\n"
-    "from rmsnorm_kernel.model import RMSNormRegressor\n"
-    "_end = RMSNormRegressor.on_train_batch_end\n"
-    "def on_train_batch_end(self, *a):\n"
-    "    _end(self, *a)\n"
-    "    if self.global_step == {step}:\n"
-    "        os._exit(9)  # a crash right after the step's checkpoint: no cleanup of any kind\n"
-    "RMSNormRegressor.on_train_batch_end = on_train_batch_end\n"
+from .helpers import (
+    SCHEDULE,
+    assert_same_tree,
+    checkpoint_of,
+    files_under,
+    final_state,
+    main,
+    scalars_of,
+    shared_run,
+    train,
 )
 
+# 10 steps of 4 batches an epoch, checkpoints every 3: a crash right after step 6 is mid-epoch, between
+# two validations (at steps 4 and 8).
+RESUMABLE = ["trainer.max_steps=10", "checkpoint.every_n_steps=3", "trainer.val_check_interval=4"]
+CRASH_STEP = 6
 
-@pytest.mark.parametrize("impl", ["reference", "triton"])
-def test_run_interrupted_mid_epoch_and_resumed_ends_bit_identical(tmp_path, impl):
-    whole, broken = tmp_path / "whole", tmp_path / "broken"
-    whole.mkdir(), broken.mkdir()
-    common = [f"norm={impl}", "checkpoint.every_n_steps=37"]
-    assert train(whole, *common).returncode == 0
-    crashed = train(broken, *common, prelude=KILL_AT_STEP.format(step=37))
-    assert crashed.returncode == 9  # stopped at step 37 of 100, in the first epoch of 64 batches
-    resumed = train(broken, *common, "ckpt_path=last")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
 
-    a, b = final_state(whole, impl), final_state(broken, impl)
-    assert a["global_step"] == b["global_step"] == 100
+class Crash(Exception):
+    pass
+
+
+def crash_after_checkpoint_of_step(monkeypatch, step):
+    # The module's hook runs after the callbacks', so the step's checkpoint is on disk when it raises.
+    end = RMSNormRegressor.on_train_batch_end
+
+    def on_train_batch_end(self, *args):
+        end(self, *args)
+        if self.global_step == step:
+            raise Crash(f"step {step}")
+
+    monkeypatch.setattr(RMSNormRegressor, "on_train_batch_end", on_train_batch_end)
+
+
+def assert_same_training(whole, resumed, impl, steps):
+    a, b = final_state(whole, impl), final_state(resumed, impl)
+    assert a["global_step"] == b["global_step"] == steps
     assert_same_tree(a["state_dict"], b["state_dict"], "state_dict")
     assert_same_tree(a["optimizer_states"], b["optimizer_states"], "optimizer_states")  # Adam's moments and steps
-    sa, sb = scalars_of(whole, impl), scalars_of(broken, impl)
-    assert [s for s, _ in sb["train/mse"]] == list(range(100))  # one value per step, none lost or doubled
+    sa, sb = scalars_of(whole, impl), scalars_of(resumed, impl)
+    assert [s for s, _ in sb["train/mse"]] == list(range(steps))  # one value per step, none lost or doubled
     assert sa["train/mse"] == sb["train/mse"]
     assert sa["calls/forward"] == sb["calls/forward"]
     assert sa["val/mse"] == sb["val/mse"] and sa["test/mse"] == sb["test/mse"]
 
 
-def test_two_runs_with_the_same_configuration_are_bit_identical(tmp_path):
-    first, second = tmp_path / "first", tmp_path / "second"
-    first.mkdir(), second.mkdir()
-    args = ["-m", "norm=reference,triton", "trainer.max_steps=12", "trainer.val_check_interval=4", "checkpoint.every_n_steps=6"]
-    assert train(first, *args).returncode == 0
-    assert train(second, *args).returncode == 0
-    for impl in ("reference", "triton"):
-        a, b = final_state(first, impl), final_state(second, impl)
-        assert_same_tree(a["state_dict"], b["state_dict"])
-        assert_same_tree(a["optimizer_states"], b["optimizer_states"])
-        sa, sb = scalars_of(first, impl), scalars_of(second, impl)
-        sa.pop("reload/max_abs_diff"), sb.pop("reload/max_abs_diff")
-        assert sa == sb
+@pytest.mark.parametrize("impl", ["reference", "triton"])
+def test_run_crashed_mid_epoch_and_resumed_ends_bit_identical(tmp_path, monkeypatch, impl):
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    assert train(whole, f"norm={impl}", *RESUMABLE).ok
+    with monkeypatch.context() as m:
+        crash_after_checkpoint_of_step(m, CRASH_STEP)
+        with pytest.raises(Crash):
+            train(broken, f"norm={impl}", *RESUMABLE)
+    assert read_checkpoint(checkpoint_of(broken, impl, "last.ckpt"))["global_step"] == CRASH_STEP
+    stale = checkpoint_of(broken, impl, "last.ckpt").with_name(".last.ckpt.4242.tmp")
+    stale.write_bytes(b"half a checkpoint")  # what a writer killed mid-write leaves
+    resumed = train(broken, f"norm={impl}", *RESUMABLE, "ckpt_path=last")
+    assert resumed.ok, resumed.failures
+    assert resumed.metrics["parity/initial_output_err"] is None  # measured by the crashed run, at step 0
+    assert not stale.exists()
+    assert_same_training(whole, broken, impl, steps=10)
 
 
-def test_sigkill_at_random_moments_never_leaves_a_bad_checkpoint(tmp_path):
-    """Kill a real training process repeatedly (checkpoints every 2 steps), resume from last each time."""
-    reference_dir, killed_dir = tmp_path / "whole", tmp_path / "killed"
-    reference_dir.mkdir(), killed_dir.mkdir()
-    args = ["trainer.max_steps=40", "checkpoint.every_n_steps=2", "trainer.val_check_interval=10", *QUIET]
-    assert train(reference_dir, *args).returncode == 0
-    rng = random.Random(2026)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    kills = 0
-    for attempt in range(12):
-        resume = ["ckpt_path=last"] if list(killed_dir.glob("checkpoints/*/*/last.ckpt")) else []
-        proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "train.py"), *args, *resume],
-            cwd=killed_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        if kills < 3:
-            # wait for training to start writing checkpoints, then kill at a random moment
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and proc.poll() is None:
-                ckpts = list(killed_dir.glob("checkpoints/*/*/*.ckpt"))
-                if len(ckpts) > 2 * kills + 1:
-                    break
-                time.sleep(0.05)
-            time.sleep(rng.uniform(0.0, 1.5))
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                kills += 1
-                for ckpt in killed_dir.glob("checkpoints/*/*/*.ckpt"):
-                    read_checkpoint(ckpt)  # every file in place is complete, at every kill
-                continue
-        _, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err[-3000:]
-        break
-    assert kills == 3
-    for ckpt in killed_dir.glob("checkpoints/*/*/*.ckpt"):
-        read_checkpoint(ckpt)
-    a, b = final_state(reference_dir, "triton"), final_state(killed_dir, "triton")
+@pytest.mark.parametrize("impl", ["reference", "triton"])
+def test_two_runs_with_the_same_configuration_are_bit_identical(tmp_path, tmp_path_factory, impl):
+    first, _ = shared_run(tmp_path_factory, f"norm={impl}")
+    assert train(tmp_path, f"norm={impl}").ok
+    a, b = final_state(first, impl), final_state(tmp_path, impl)
     assert_same_tree(a["state_dict"], b["state_dict"])
     assert_same_tree(a["optimizer_states"], b["optimizer_states"])
+    assert scalars_of(first, impl) == scalars_of(tmp_path, impl)
 
 
-def test_atomic_save_interrupted_mid_write_keeps_the_previous_file(tmp_path, monkeypatch):
-    path = tmp_path / "last.ckpt"
-    atomic_torch_save({"v": torch.arange(4)}, path)
-    before = path.read_bytes()
-
-    def dies_half_way(obj, f):
-        f.write(b"PK\x03\x04 half a checkpoint")
-        raise KeyboardInterrupt  # the process is stopped while writing
-
-    monkeypatch.setattr(torch, "save", dies_half_way)
-    with pytest.raises(KeyboardInterrupt):
-        atomic_torch_save({"v": torch.arange(8)}, path)
-    assert path.read_bytes() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+def test_ckpt_path_last_without_a_previous_run_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(tmp_path, "ckpt_path=last")
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"train.py: checkpoint error: ckpt_path=last: {tmp_path}/checkpoints/triton_seed0 holds no last.ckpt to resume from"
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
-@pytest.fixture(scope="module")
-def good_checkpoints(tmp_path_factory):
-    """A short run of each path; returns the folder holding runs/ and checkpoints/."""
-    d = tmp_path_factory.mktemp("good")
-    proc = train(d, "-m", "norm=reference,triton", "trainer.max_steps=3", "checkpoint.every_n_steps=1")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return d
-
-
-def make_bad(kind, d, good):
-    bad = d / f"{kind}.ckpt"
+def make_bad(kind, folder, good):
+    bad = folder / f"{kind}.ckpt"
     data = good.read_bytes()
     if kind == "empty":
         bad.write_bytes(b"")
@@ -193,17 +131,16 @@ def make_bad(kind, d, good):
         ("unsafe", "is truncated or corrupted and cannot be read (Weights only load failed"),
     ],
 )
-def test_bad_checkpoint_file_gives_one_line_and_changes_nothing(tmp_path, good_checkpoints, kind, message):
-    (good,) = (good_checkpoints / "checkpoints" / "triton_seed0").glob("version_*/last.ckpt")
+def test_bad_checkpoint_file_gives_one_line_and_changes_nothing(tmp_path, tmp_path_factory, monkeypatch, capsys, kind, message):
+    monkeypatch.chdir(tmp_path)  # where the "code" pickle would create its file
+    good = checkpoint_of(shared_run(tmp_path_factory, "norm=triton")[0], "triton", "last.ckpt")
     bad = tmp_path / "missing.ckpt" if kind == "missing" else make_bad(kind, tmp_path, good)
-    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    proc = train(tmp_path, f"ckpt_path={bad}")
-    assert proc.returncode == 2
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last == f"train.py: checkpoint error: checkpoint {bad} {message}" or last.startswith(
-        f"train.py: checkpoint error: checkpoint {bad} {message}"
-    )
-    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and "outputs" not in p.parts} == before
+    before = files_under(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(tmp_path, f"ckpt_path={bad}")
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"train.py: checkpoint error: checkpoint {bad} {message}")
+    assert files_under(tmp_path) == before
     assert not (tmp_path / "runs").exists() and not (tmp_path / "checkpoints").exists()
     assert not (tmp_path / "pwned").exists()
 
@@ -216,33 +153,73 @@ def test_bad_checkpoint_file_gives_one_line_and_changes_nothing(tmp_path, good_c
         (["norm=reference", "data.batch_size=16"], "was trained with batch_size = 32; the configuration asks for 16"),
     ],
 )
-def test_checkpoint_of_another_configuration_is_refused(tmp_path, good_checkpoints, overrides, message):
-    (ref,) = (good_checkpoints / "checkpoints" / "reference_seed0").glob("version_*/last.ckpt")
+def test_checkpoint_of_another_configuration_is_refused(tmp_path, tmp_path_factory, capsys, overrides, message):
+    ref = checkpoint_of(shared_run(tmp_path_factory, "norm=reference")[0], "reference", "last.ckpt")
     before = ref.read_bytes()
-    proc = train(tmp_path, f"ckpt_path={ref}", *overrides)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1] == f"train.py: checkpoint error: checkpoint {ref} {message}"
+    with pytest.raises(SystemExit) as exit_:
+        main(tmp_path, f"ckpt_path={ref}", *overrides)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"train.py: checkpoint error: checkpoint {ref} {message}"
     assert ref.read_bytes() == before
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_ckpt_path_last_without_a_previous_run_is_refused(tmp_path):
-    proc = train(tmp_path, "ckpt_path=last")
-    assert proc.returncode == 2
-    assert "ckpt_path=last:" in proc.stderr and "holds no last.ckpt" in proc.stderr
+KILL_AT_STEP = (
+    "import os\n"
+    "from rmsnorm_kernel.training.model import RMSNormRegressor\n"
+    "_end = RMSNormRegressor.on_train_batch_end\n"
+    "def on_train_batch_end(self, *a):\n"
+    "    _end(self, *a)\n"
+    "    if self.global_step == {step}:\n"
+    "        os._exit(9)  # a crash right after the step's checkpoint: no cleanup of any kind\n"
+    "RMSNormRegressor.on_train_batch_end = on_train_batch_end\n"
+)
 
 
-def test_non_finite_loss_stops_the_run_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
-    proc = train(tmp_path, "model.lr=1e30", "checkpoint.every_n_steps=1", "trainer.max_steps=20")
-    assert proc.returncode == 1
-    line = proc.stderr.strip().splitlines()[-1]
-    assert line.startswith("train.py: training stopped: train/mse is ") and " at step " in line
-    step = int(line.split(" at step ")[1].split(",")[0])
-    kept = Path(line.split("the last good checkpoint is ")[1])
-    ckpt = read_checkpoint(kept)
-    assert ckpt["global_step"] == step
-    assert all(torch.isfinite(t).all() for t in ckpt["state_dict"].values())
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", ["reference", "triton"])
+def test_process_killed_mid_epoch_and_resumed_ends_bit_identical(tmp_path, impl):
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    whole.mkdir(), broken.mkdir()
+    common = [*SCHEDULE, f"norm={impl}", *RESUMABLE]
+    assert train_process(whole, *common).returncode == 0
+    crashed = train_process(broken, *common, prelude=KILL_AT_STEP.format(step=CRASH_STEP))
+    assert crashed.returncode == 9  # stopped at step 6 of 10, in the second epoch of 4 batches
+    resumed = train_process(broken, *common, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_same_training(whole, broken, impl, steps=10)
 
 
-def test_read_checkpoint_refuses_a_folder(tmp_path):
-    with pytest.raises(CheckpointError, match="is not a file"):
-        read_checkpoint(tmp_path)
+@pytest.mark.slow
+def test_sigkill_at_random_moments_never_leaves_a_bad_checkpoint(tmp_path):
+    """Kill a real training process three times (checkpoints every 2 steps), resuming from last each time."""
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    whole.mkdir(), killed.mkdir()
+    args = ["trainer.max_steps=40", "checkpoint.every_n_steps=2", "trainer.val_check_interval=10", "trainer.enable_progress_bar=false"]
+    assert train_process(whole, *args).returncode == 0
+    rng = random.Random(2026)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for kill in range(4):
+        resume = ["ckpt_path=last"] if list(killed.glob("checkpoints/*/*/last.ckpt")) else []
+        started = time.time()
+        proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args, *resume],
+                                cwd=killed, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if kill == 3:
+            _, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, err[-3000:]
+            break
+        # once this process has written a checkpoint of its own, kill it at a random moment
+        while proc.poll() is None and not any(p.stat().st_mtime >= started for p in killed.glob("checkpoints/*/*/*.ckpt")):
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 1.0))
+        assert proc.poll() is None, f"the run ended before kill {kill + 1}: {proc.stderr.read()[-3000:]}"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stderr.close()
+        for ckpt in killed.glob("checkpoints/*/*/*.ckpt"):
+            read_checkpoint(ckpt)  # every file in place is complete, at every kill
+    for ckpt in killed.glob("checkpoints/*/*/*.ckpt"):
+        read_checkpoint(ckpt)
+    a, b = final_state(whole, "triton"), final_state(killed, "triton")
+    assert_same_tree(a["state_dict"], b["state_dict"])
+    assert_same_tree(a["optimizer_states"], b["optimizer_states"])

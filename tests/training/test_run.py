@@ -1,41 +1,41 @@
-"""``train.py`` end to end: both paths, the TensorBoard tags read back, counters, parity, reload, errors."""
+"""One run in this process: both paths, the TensorBoard tags read back, the end-of-run checks.
 
+The end-to-end command, ``train.py -m norm=reference,triton`` on its default schedule, is the slow test.
+"""
+
+import logging
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
-from rmsnorm_kernel.tolerances import TRAINING_CURVE_RTOL
-from rmsnorm_kernel.events import read_scalars
-from rmsnorm_kernel.training import build
+from rmsnorm_kernel.ops import kernels
+from rmsnorm_kernel.ops import module as norm_module
+from rmsnorm_kernel.ops.contract import MAX_N, ContractError
+from rmsnorm_kernel.ops.reference import rmsnorm_reference
+from rmsnorm_kernel.ops.tolerances import TOLERANCES, TRAINING_CURVE_RTOL
+from rmsnorm_kernel.training.checkpoints import read_checkpoint
+from rmsnorm_kernel.training.events import read_scalars
+from rmsnorm_kernel.training.run import RunResult, build, failed_checks
+from tests.helpers import compose_cfg, train_process
 
-ROOT = Path(__file__).resolve().parents[1]
-QUIET = ["trainer.enable_progress_bar=false"]
+from .helpers import (
+    assert_same_tree,
+    block_mean_forward,
+    checkpoint_of,
+    rerun_recorded_outputs,
+    run_dirs,
+    shared_run,
+    train,
+)
 
-
-def compose_cfg(overrides=()):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
-
-
-def train(tmp_path, *overrides, prelude=None):
-    """Runs train.py in tmp_path with runs/ and checkpoints/ there; returns the completed process."""
-    args = [*overrides, *QUIET]
-    if prelude is None:
-        cmd = [sys.executable, str(ROOT / "train.py"), *args]
-    else:  # patch the package first, then run train.py as __main__
-        code = f"{prelude}\nimport runpy, sys\nsys.argv = {[str(ROOT / 'train.py'), *args]!r}\nrunpy.run_path(sys.argv[0], run_name='__main__')"
-        cmd = [sys.executable, "-c", code]
-    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+STEPS, VAL_EVERY = 4, 2  # the tiny schedule of helpers.TINY
 
 
-def run_dirs(tmp_path):
-    return {p.parent.name.split("_")[0]: p for p in sorted((tmp_path / "runs").glob("*_seed*/version_*"))}
+@pytest.fixture(scope="module")
+def both_paths(tmp_path_factory):
+    return {impl: shared_run(tmp_path_factory, f"norm={impl}") for impl in ("reference", "triton")}
 
 
 def test_same_seed_gives_identical_initial_weights_and_batches_on_both_paths():
@@ -51,117 +51,152 @@ def test_same_seed_gives_identical_initial_weights_and_batches_on_both_paths():
     assert not torch.equal(other.state_dict()["net.inp.weight"], ref_state["net.inp.weight"])
 
 
-def check_two_path_run(tmp_path, proc, steps, val_every):
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = run_dirs(tmp_path)
-    assert set(runs) == {"reference", "triton"}
-    scalars = {impl: read_scalars(d) for impl, d in runs.items()}
-    for impl, s in scalars.items():
-        assert [step for step, _ in s["train/mse"]] == list(range(steps)), impl
-        assert len(s["val/mse"]) == steps // val_every
-        assert len(s["test/mse"]) == 1
-        for tag in ("parity/initial_output_err", "parity/initial_grad_err"):
-            assert s[tag][0][0] == 0 and s[tag][0][1] < 1e-4
-        assert s["reload/max_abs_diff"] == [(steps, 0.0)]
-        expected_calls = steps if impl == "triton" else 0
-        assert s["calls/forward"][-1] == (steps - 1, expected_calls)
-        assert s["calls/backward"][-1] == (steps - 1, expected_calls)
-        assert s["calls/fallback"][-1] == (steps - 1, 0.0)
-    # the Triton path counts one call per step, step after step
-    assert [v for _, v in scalars["triton"]["calls/forward"]] == list(range(1, steps + 1))
-    # the two paths train the same network
-    for (_, a), (_, b) in zip(scalars["reference"]["train/mse"], scalars["triton"]["train/mse"]):
+def check_scalars(s, impl, steps, val_every):
+    """The tags a run of ``steps`` steps on the ``impl`` path logs (shared with the slow end-to-end test)."""
+    assert [step for step, _ in s["train/mse"]] == list(range(steps)), impl
+    assert len(s["val/mse"]) == steps // val_every
+    assert len(s["test/mse"]) == 1
+    for tag in ("parity/initial_output_err", "parity/initial_grad_err"):
+        assert len(s[tag]) == 1 and s[tag][0][0] == 0 and 0.0 <= s[tag][0][1] <= TOLERANCES[torch.float32].rtol
+    assert s["reload/max_abs_diff"] == [(steps, 0.0)]
+    expected_calls = steps if impl == "triton" else 0
+    assert s["calls/forward"][-1] == (steps - 1, expected_calls)
+    assert s["calls/backward"][-1] == (steps - 1, expected_calls)
+    assert s["calls/fallback"][-1] == (steps - 1, 0.0)
+    if impl == "triton":  # one call per step, step after step
+        assert [v for _, v in s["calls/forward"]] == list(range(1, steps + 1))
+
+
+def check_curves_agree(scalars):
+    """The two paths train the same network: their train/mse curves agree step by step."""
+    pairs = list(zip(scalars["reference"]["train/mse"], scalars["triton"]["train/mse"]))
+    assert pairs
+    for (_, a), (_, b) in pairs:
         assert math.isclose(a, b, rel_tol=TRAINING_CURVE_RTOL)
-    summary = list((tmp_path / "runs").glob("summary_*.md"))
-    assert len(summary) == 1
-    text = summary[0].read_text()
-    assert "reference_seed0" in text and "triton_seed0" in text and "test/mse difference" in text
-    for impl in ("reference", "triton"):
-        ckpts = list((tmp_path / "checkpoints" / f"{impl}_seed0").glob("version_*/final.ckpt"))
-        assert len(ckpts) == 1
-    return scalars
 
 
-def test_two_path_multirun_logs_every_tag_and_passes_its_checks(tmp_path):
-    proc = train(tmp_path, "-m", "norm=reference,triton", "trainer.max_steps=12", "trainer.val_check_interval=4", "checkpoint.every_n_steps=6")
-    check_two_path_run(tmp_path, proc, steps=12, val_every=4)
-    assert "run triton_seed0: OK" in proc.stdout and "run reference_seed0: OK" in proc.stdout
+def test_both_paths_pass_their_checks_and_log_every_tag(both_paths):
+    scalars = {}
+    for impl, (root, result) in both_paths.items():
+        assert result.ok, result.failures
+        assert (result.impl, result.steps, result.name) == (impl, STEPS, f"{impl}_seed0")
+        expected = STEPS if impl == "triton" else 0
+        assert (result.calls["train/forward"], result.calls["train/backward"], result.calls["train/fallback"]) == (expected, expected, 0)
+        scalars[impl] = read_scalars(result.log_dir)
+        check_scalars(scalars[impl], impl, STEPS, VAL_EVERY)
+        assert result.metrics["reload/max_abs_diff"] == 0.0
+        assert result.metrics["test/mse"] == scalars[impl]["test/mse"][0][1]
+        final, last = read_checkpoint(result.checkpoint), read_checkpoint(checkpoint_of(root, impl, "last.ckpt"))
+        assert final["global_step"] == STEPS
+        assert_same_tree(final["state_dict"], last["state_dict"])  # ckpt_path=last resumes the final state
+    check_curves_agree(scalars)
+    assert both_paths["reference"][1].initial_weights_sha256 == both_paths["triton"][1].initial_weights_sha256
 
 
-def test_hparams_record_the_backend_with_test_mse_as_metric(tmp_path):
-    proc = train(tmp_path, "trainer.max_steps=3")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+@pytest.mark.parametrize("impl", ["reference", "triton"])
+def test_every_checkpoint_reproduces_its_recorded_outputs_bit_for_bit_where_the_kernels_run(both_paths, impl):
+    root, _ = both_paths[impl]
+    paths = sorted((root / "checkpoints").glob(f"{impl}_seed0/version_*/*.ckpt"))
+    assert [p.name for p in paths] == ["final.ckpt", "last.ckpt", "step00002.ckpt", "step00004.ckpt"]
+    for path in paths:
+        now, recorded = rerun_recorded_outputs(read_checkpoint(path))
+        assert recorded.shape == (32, 16)  # the whole tiny test split (up to 64 rows are recorded)
+        assert torch.equal(now, recorded), path.name
+
+
+def test_hparams_record_the_backend_with_test_mse_as_metric(both_paths):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    acc = EventAccumulator(str(run_dirs(tmp_path)["triton"]))
+    acc = EventAccumulator(both_paths["triton"][1].log_dir)
     acc.Reload()
     content = acc.PluginTagToContent("hparams")
     session = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
     assert session.hparams["backend"].string_value in ("cuda", "interpreter")
     assert session.hparams["norm.impl"].string_value == "triton"
+    assert session.hparams["trainer.max_steps"].number_value == STEPS
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
     assert [m.name.tag for m in experiment.metric_infos] == ["test/mse"]
 
 
-def test_default_schedule_two_path_run_completes(tmp_path):
-    proc = train(tmp_path, "-m", "norm=reference,triton")
-    scalars = check_two_path_run(tmp_path, proc, steps=100, val_every=25)
-    assert scalars["triton"]["calls/forward"][-1][1] == 100
+def test_a_triton_path_that_never_runs_fails_the_integration_check(tmp_path, monkeypatch):
+    monkeypatch.setattr(norm_module, "rmsnorm", rmsnorm_reference)  # the module quietly computes the reference
+    result = train(tmp_path, "norm=triton")
+    assert result.failures == [
+        "integration: 0 Triton forward calls in 4 training steps on the triton path; expected 4",
+        "integration: 0 Triton backward calls in 4 training steps on the triton path; expected 4",
+    ]
 
 
-@pytest.mark.parametrize("option", ["compile=true", "trainer.precision=bf16-mixed"])
-def test_compile_and_mixed_precision_train_on_both_paths(tmp_path, option):
-    proc = train(tmp_path, "-m", "norm=reference,triton", option, "trainer.max_steps=4", "trainer.val_check_interval=2")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    scalars = {impl: read_scalars(d) for impl, d in run_dirs(tmp_path).items()}
-    assert scalars["triton"]["calls/forward"][-1][1] == 4
-    assert scalars["triton"]["reload/max_abs_diff"][0][1] == 0.0
+def test_a_wrong_kernel_fails_initial_parity_naming_the_declared_tolerance(tmp_path, monkeypatch):
+    monkeypatch.setattr(kernels, "rmsnorm_forward", block_mean_forward)
+    result = train(tmp_path, "norm=triton", "trainer.max_steps=1")
+    assert not result.ok
+    first = result.failures[0]
+    assert first.startswith("initial parity: outputs differ by ")
+    assert first.endswith(", beyond the float32 tolerance (atol 1e-05, rtol 0.0001)")
 
 
-def test_a_wrong_kernel_fails_the_run_with_one_clear_line(tmp_path):
-    prelude = (
-        "import rmsnorm_kernel.kernels as k, rmsnorm_kernel.mutants as m\n"
-        "k.rmsnorm_forward = m.forward_block_mean  # divides by BLOCK: wrong at N = 257"
-    )
-    proc = train(tmp_path, "trainer.max_steps=2", prelude=prelude)
-    assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1].startswith("train.py: check failed: initial parity: outputs differ by")
+def test_failed_checks_name_each_failure():
+    cfg = compose_cfg(["norm=triton"])
+    result = RunResult(name="triton_seed0", impl="triton", seed=0, backend="interpreter", steps=10, checkpoint="c/final.ckpt",
+                       calls={"train/forward": 8, "train/backward": 8, "train/fallback": 2})
+    parity = SimpleNamespace(ok=False, output_err=0.5, grad_err=0.25, dtype=torch.bfloat16)
+    assert failed_checks(cfg, result, parity, 0.125, "reference") == [
+        "initial parity: outputs differ by 0.5, gradients by 0.25, beyond the bfloat16 tolerance (atol 0.0234375, rtol 0.0234375)",
+        "reload parity: test outputs differ by 0.125 after reloading c/final.ckpt (must be 0)",
+        "reload parity: c/final.ckpt reloaded with norm 'reference', trained with 'triton'",
+    ]  # 8 + 2 fallbacks = 10 steps: the integration check passes
+    parity.ok = True
+    result.calls["train/fallback"] = 0
+    assert failed_checks(cfg, result, parity, 0.0, "triton") == [
+        "integration: 8 Triton forward calls in 10 training steps on the triton path; expected 10",
+        "integration: 8 Triton backward calls in 10 training steps on the triton path; expected 10",
+    ]
 
 
-@pytest.mark.parametrize(
-    "override,code,message",
-    [
-        ("trainer.max_steps=-5", 2, "train.py: configuration error: trainer.max_steps is -5; accepted: an integer >= 1"),
-        ("data.batch_size=0", 2, "train.py: configuration error: data.batch_size is 0; accepted: an integer >= 1"),
-        ("trainer.max_steps=many", 1, "full_key: trainer.max_steps"),
-        ("norm=cuda", 1, "Available options in 'norm':"),
-    ],
-)
-def test_bad_configuration_fails_before_any_work(tmp_path, override, code, message):
-    proc = train(tmp_path, override)
-    assert proc.returncode == code
-    assert message in proc.stderr
-    assert not (tmp_path / "runs").exists() and not (tmp_path / "checkpoints").exists()
-
-
-def test_fallback_to_the_reference_is_counted_in_tensorboard(tmp_path):
-    from rmsnorm_kernel.contract import MAX_N
-
+def test_fallback_to_the_reference_is_counted_in_tensorboard(tmp_path, caplog):
     # rows one element longer than the kernels take: every training call falls back, and says so
-    proc = train(tmp_path, "norm.fallback=reference", f"model.hidden_dim={MAX_N + 1}", "trainer.max_steps=3")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "using the reference path (fallback='reference')" in proc.stderr + proc.stdout
+    with caplog.at_level(logging.WARNING, logger="rmsnorm_kernel"):
+        result = train(tmp_path, "norm.fallback=reference", f"model.hidden_dim={MAX_N + 1}", "trainer.max_steps=3")
+    assert result.ok, result.failures
+    assert "using the reference path (fallback='reference')" in caplog.text
     s = read_scalars(run_dirs(tmp_path)["triton"])
     assert [v for _, v in s["calls/fallback"]] == [1.0, 2.0, 3.0]
     assert [v for _, v in s["calls/forward"]] == [0.0, 0.0, 0.0]
 
 
 def test_without_fallback_a_refused_shape_stops_the_run_with_the_contract_message(tmp_path):
-    from rmsnorm_kernel.contract import MAX_N
+    with pytest.raises(ContractError, match=f"x has rows of N = {MAX_N + 1} elements.*accepted: N <= {MAX_N}"):
+        train(tmp_path, f"model.hidden_dim={MAX_N + 1}", "trainer.max_steps=3")
 
-    proc = train(tmp_path, f"model.hidden_dim={MAX_N + 1}", "trainer.max_steps=3")
-    assert proc.returncode == 1
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("train.py: training stopped: rmsnorm (triton): x has rows of")
-    assert f"accepted: N <= {MAX_N}" in last and "norm.fallback=reference" in last
+
+@pytest.mark.parametrize("option", ["compile=true", "trainer.precision=bf16-mixed"])
+@pytest.mark.parametrize("impl", ["reference", "triton"])
+def test_compile_and_mixed_precision_train_on_both_paths(tmp_path, impl, option):
+    result = train(tmp_path, f"norm={impl}", option)
+    assert result.ok, result.failures
+    s = read_scalars(result.log_dir)
+    assert s["calls/forward"][-1][1] == (STEPS if impl == "triton" else 0)
+    assert s["reload/max_abs_diff"] == [(STEPS, 0.0)]
+
+
+@pytest.mark.slow
+def test_the_two_path_command_on_its_default_schedule_passes_its_checks(tmp_path):
+    """``train.py -m norm=reference,triton``, the main command, as documented: 100 steps, validation every 25."""
+    proc = train_process(tmp_path, "-m", "norm=reference,triton")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "run triton_seed0: OK" in proc.stdout and "run reference_seed0: OK" in proc.stdout
+    runs = run_dirs(tmp_path)
+    assert set(runs) == {"reference", "triton"}
+    scalars = {impl: read_scalars(d) for impl, d in runs.items()}
+    for impl, s in scalars.items():
+        check_scalars(s, impl, steps=100, val_every=25)
+    check_curves_agree(scalars)
+    (summary,) = (tmp_path / "runs").glob("summary_*.md")
+    text = summary.read_text()
+    assert "| | reference_seed0 | triton_seed0 |" in text and "test/mse difference" in text
+    assert (tmp_path / "runs" / summary.name.replace(".md", ".json")).exists()
+    for impl in ("reference", "triton"):
+        ckpts = sorted(p.name for p in (tmp_path / "checkpoints" / f"{impl}_seed0").glob("version_*/*.ckpt"))
+        assert ckpts == ["final.ckpt", "last.ckpt", "step00050.ckpt", "step00100.ckpt"]

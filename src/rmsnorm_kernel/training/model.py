@@ -151,9 +151,10 @@ class RMSNormRegressor(L.LightningModule):
             was_training = self.net.training
             self.net.eval()
             with torch.no_grad():
-                if self.hparams.norm_impl == "triton" and self.device.type != kernel_device_type():
-                    # Lightning hands the module back on the CPU after fit; run the saved weights where
-                    # the kernels run, without moving the module itself.
+                # Recorded where the kernels run, on either path, so that a reload there (check-checkpoints,
+                # the tests) reproduces these bits. Lightning hands the module back on the CPU after fit:
+                # then the saved weights run there without moving the module itself.
+                if self.device.type != kernel_device_type():
                     device = torch.device(kernel_device_type())
                     params = {k: v.to(device) for k, v in self.net.state_dict().items()}
                     out = torch.func.functional_call(self.net, params, (x.to(device),))

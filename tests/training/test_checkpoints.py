@@ -1,0 +1,96 @@
+"""Checkpoint files: atomic writes, leftovers of a killed writer, and the reader's checks."""
+
+import zipfile
+
+import pytest
+import torch
+
+from rmsnorm_kernel.training.checkpoints import (
+    AtomicCheckpointIO,
+    CheckpointError,
+    atomic_torch_save,
+    check_matches,
+    read_checkpoint,
+    remove_stale_temporaries,
+)
+
+FULL = {"state_dict": {"w": torch.arange(6.0)}, "hyper_parameters": {"hidden_dim": 8, "norm_impl": "triton"},
+        "optimizer_states": [], "loops": {}, "global_step": 3}
+
+
+def test_atomic_save_interrupted_mid_write_keeps_the_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "last.ckpt"
+    atomic_torch_save({"v": torch.arange(4)}, path)
+    before = path.read_bytes()
+
+    def dies_half_way(obj, f):
+        f.write(b"PK\x03\x04 half a checkpoint")
+        raise KeyboardInterrupt  # the process is stopped while writing
+
+    monkeypatch.setattr(torch, "save", dies_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_torch_save({"v": torch.arange(8)}, path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def test_lightning_saves_through_the_atomic_writer_and_the_file_reads_back(tmp_path):
+    path = tmp_path / "sub" / "step00003.ckpt"
+    AtomicCheckpointIO().save_checkpoint(FULL, path)
+    assert [p.name for p in path.parent.iterdir()] == ["step00003.ckpt"]
+    ckpt = read_checkpoint(path)
+    assert torch.equal(ckpt["state_dict"]["w"], torch.arange(6.0)) and ckpt["global_step"] == 3
+    with pytest.raises(TypeError, match="storage_options is {'a': 1}; accepted: None"):
+        AtomicCheckpointIO().save_checkpoint(FULL, path, storage_options={"a": 1})
+
+
+def test_stale_temporaries_are_removed_and_checkpoints_kept(tmp_path):
+    (tmp_path / "last.ckpt").write_bytes(b"kept")
+    (tmp_path / ".last.ckpt.4242.tmp").write_bytes(b"half")
+    (tmp_path / "notes.tmp").write_bytes(b"not ours: no leading dot")
+    removed = remove_stale_temporaries(tmp_path)
+    assert [p.name for p in removed] == [".last.ckpt.4242.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "notes.tmp"]
+    assert remove_stale_temporaries(tmp_path / "absent") == []
+
+
+def test_read_checkpoint_refuses_a_folder(tmp_path):
+    with pytest.raises(CheckpointError, match="is not a file"):
+        read_checkpoint(tmp_path)
+
+
+def test_a_flipped_tensor_byte_fails_the_crc_check_that_torch_load_skips(tmp_path):
+    path = tmp_path / "a.ckpt"
+    torch.save(FULL, path)
+    with zipfile.ZipFile(path) as z:
+        info = next(i for i in z.infolist() if "/data/" in i.filename)
+    data = bytearray(path.read_bytes())
+    # the record's bytes follow its local header: 30 bytes, then its name and extra field (lengths at 26, 28)
+    name_len, extra_len = (int.from_bytes(data[info.header_offset + o : info.header_offset + o + 2], "little") for o in (26, 28))
+    data[info.header_offset + 30 + name_len + extra_len] ^= 0x01  # the first byte of the tensor
+    path.write_bytes(bytes(data))
+    torch.load(path, weights_only=True)  # loads: the damage would go unnoticed without the CRC check
+    with pytest.raises(CheckpointError, match=f"checkpoint {path} is corrupted \\(record .*/data/.* fails its CRC-32 check\\)"):
+        read_checkpoint(path)
+
+
+def test_a_weights_only_file_is_not_a_training_checkpoint(tmp_path):
+    path = tmp_path / "w.ckpt"
+    torch.save({"state_dict": {}, "hyper_parameters": {}}, path)
+    with pytest.raises(CheckpointError, match="missing: optimizer_states, loops, global_step"):
+        read_checkpoint(path)
+    assert read_checkpoint(path, required=("state_dict",))["state_dict"] == {}
+
+
+@pytest.mark.parametrize(
+    "expected,message",
+    [
+        ({"norm_impl": "reference"}, "was trained with norm path = 'triton'; the configuration asks for 'reference'"),
+        ({"hidden_dim": 9, "norm_impl": "reference"}, "was trained with hidden_dim = 8; the configuration asks for 9"),
+        ({"lr": 0.1}, "is not from this project's network \\(no hyper-parameter 'lr'\\)"),
+    ],
+)
+def test_check_matches_names_the_first_mismatch(expected, message):
+    with pytest.raises(CheckpointError, match=f"^checkpoint x.ckpt {message}$"):
+        check_matches("x.ckpt", FULL, expected)
+    check_matches("x.ckpt", FULL, {"hidden_dim": 8, "norm_impl": "triton"})  # its own: accepted

@@ -1,0 +1,122 @@
+"""``train.py``'s body: the summary, and one line on standard error with an exit code for each failure.
+
+In-process through ``cli.main``; the slow test runs ``train.py`` itself for each exit path.
+"""
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hydra.types import RunMode
+
+from rmsnorm_kernel.ops import kernels
+from rmsnorm_kernel.ops.contract import MAX_N
+from rmsnorm_kernel.training import cli
+from rmsnorm_kernel.training.checkpoints import read_checkpoint
+from tests.helpers import train_process
+
+from .helpers import SCHEDULE, block_mean_forward, main
+
+
+def exits(tmp_path, capsys, *overrides):
+    """Runs main; returns its exit code and the last line of standard error."""
+    with pytest.raises(SystemExit) as exit_:
+        main(tmp_path, *overrides)
+    return exit_.value.code, capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_a_run_that_passes_prints_its_summary(tmp_path, capsys):
+    result = main(tmp_path, "norm=reference")
+    out, err = capsys.readouterr()
+    assert result.ok
+    lines = out.splitlines()
+    assert lines[-8] == "run reference_seed0: OK"
+    assert lines[-1] == f"  checkpoint: {tmp_path}/checkpoints/reference_seed0/version_0/final.ckpt"
+    assert "train.py:" not in err
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("trainer.max_steps=-5", "trainer.max_steps is -5; accepted: an integer >= 1"),
+        ("data.batch_size=0", "data.batch_size is 0; accepted: an integer >= 1"),
+    ],
+)
+def test_a_bad_value_exits_2_before_any_work(tmp_path, capsys, override, message):
+    assert exits(tmp_path, capsys, override) == (2, f"train.py: configuration error: {message}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_non_finite_loss_exits_1_naming_the_step_and_the_last_good_checkpoint(tmp_path, capsys):
+    code, line = exits(tmp_path, capsys, "model.lr=1e30", "checkpoint.every_n_steps=1", "trainer.max_steps=20")
+    assert code == 1
+    assert line.startswith("train.py: training stopped: train/mse is ") and " at step " in line
+    step = int(line.split(" at step ")[1].split(",")[0])
+    kept = Path(line.split("the last good checkpoint is ")[1])
+    ckpt = read_checkpoint(kept)
+    assert 0 < step == ckpt["global_step"]
+    assert all(torch.isfinite(t).all() for t in ckpt["state_dict"].values())
+
+
+def test_a_shape_the_contract_refuses_exits_1_with_the_contract_message_and_the_remedy(tmp_path, capsys):
+    code, line = exits(tmp_path, capsys, f"model.hidden_dim={MAX_N + 1}", "trainer.max_steps=3")
+    assert code == 1
+    assert line.startswith("train.py: training stopped: rmsnorm (triton): x has rows of")
+    assert f"accepted: N <= {MAX_N}" in line and line.endswith("(norm.fallback=reference sends such inputs to the reference)")
+
+
+def test_a_failed_check_exits_1_with_its_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(kernels, "rmsnorm_forward", block_mean_forward)
+    code, line = exits(tmp_path, capsys, "trainer.max_steps=2")
+    assert code == 1
+    assert line.startswith("train.py: check failed: initial parity: outputs differ by")
+
+
+def test_in_a_multirun_a_failed_check_is_left_to_the_end(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(kernels, "rmsnorm_forward", block_mean_forward)
+    multirun = SimpleNamespace(initialized=lambda: True, get=lambda: SimpleNamespace(mode=RunMode.MULTIRUN))
+    monkeypatch.setattr(cli, "HydraConfig", multirun)
+    result = main(tmp_path, "trainer.max_steps=2")
+    assert not result.ok
+    out, err = capsys.readouterr()
+    assert "run triton_seed0: FAILED" in out and "  check failed: initial parity: outputs differ by" in out
+    assert "train.py:" not in err
+
+
+MUTANT = (
+    "import rmsnorm_kernel.ops.kernels as k, rmsnorm_kernel.verify.mutants as m\n"
+    "k.rmsnorm_forward = lambda x, g, eps, *_: m.forward_block_mean(x, g, eps)  # wrong at N = 257\n"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "overrides,prelude,code,last_line",
+    [
+        (["trainer.max_steps=-5"], None, 2, "train.py: configuration error: trainer.max_steps is -5; accepted: an integer >= 1"),
+        (["ckpt_path=gone.ckpt"], None, 2, "train.py: checkpoint error: checkpoint {tmp}/gone.ckpt does not exist"),
+        ([f"model.hidden_dim={MAX_N + 1}"], None, 1, "train.py: training stopped: rmsnorm (triton): x has rows of"),
+        (["model.lr=1e30", "trainer.max_steps=20"], None, 1, "train.py: training stopped: train/mse is "),
+        ([], MUTANT, 1, "train.py: check failed: initial parity: outputs differ by"),
+    ],
+    ids=["config", "checkpoint", "contract", "non-finite", "check"],
+)
+def test_each_failure_exits_with_its_code_and_one_line(tmp_path, overrides, prelude, code, last_line):
+    proc = train_process(tmp_path, *SCHEDULE, *overrides, prelude=prelude)
+    assert proc.returncode == code, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(last_line.format(tmp=tmp_path))
+    if code == 2:  # refused before any work
+        assert not (tmp_path / "runs").exists() and not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "override,message",
+    [("trainer.max_steps=many", "full_key: trainer.max_steps"), ("norm=cuda", "Available options in 'norm':")],
+)
+def test_a_value_hydra_refuses_exits_1_before_any_work(tmp_path, override, message):
+    proc = train_process(tmp_path, override)
+    assert proc.returncode == 1
+    assert message in proc.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "checkpoints").exists()

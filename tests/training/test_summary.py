@@ -1,0 +1,146 @@
+"""What a run reports: the summary of one run, the side-by-side table, and the multirun callback."""
+
+import json
+import math
+
+import pytest
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import OmegaConf
+
+from rmsnorm_kernel.training.run import RunResult
+from rmsnorm_kernel.training.summary import MultirunSummary, format_summary, summary_table
+
+METRICS = {"train/mse": 0.5, "val/mse": 0.25, "test/mse": 0.125, "parity/initial_output_err": 2.5e-07,
+           "parity/initial_grad_err": 7.5e-09, "reload/max_abs_diff": 0.0}
+CALLS = {"train/forward": 4, "train/backward": 4, "train/fallback": 0, "val/forward": 2, "test/forward": 1}
+
+
+def result(impl="triton", **kw):
+    fields = dict(name=f"{impl}_seed0", impl=impl, seed=0, backend="interpreter", steps=4, log_dir=f"runs/{impl}",
+                  checkpoint=f"ck/{impl}/final.ckpt", initial_weights_sha256="0123456789abcdef" * 4,
+                  metrics=dict(METRICS), calls=dict(CALLS), seconds=1.25)
+    return RunResult(**{**fields, **kw})
+
+
+def test_the_summary_of_a_run_that_passed():
+    assert format_summary(result()).splitlines() == [
+        "run triton_seed0: OK",
+        "  path triton, backend interpreter, 4 steps, 1.2 s",
+        "  mse: train 0.500000, val 0.250000, test 0.125000",
+        "  Triton calls: train forward 4, backward 4; val forward 2, test forward 1; "
+        "training fallbacks to the reference 0 (counts of process 0)",
+        "  initial parity: output 2.5e-07, grad 7.5e-09",
+        "  reload parity: max |diff| 0.0 (bit-identical)",
+        "  logs: runs/triton",
+        "  checkpoint: ck/triton/final.ckpt",
+    ]
+
+
+def test_the_summary_of_a_resumed_run_that_failed_lists_its_failures():
+    metrics = {**METRICS, "parity/initial_output_err": None, "parity/initial_grad_err": None, "reload/max_abs_diff": 0.5}
+    lines = format_summary(result(metrics=metrics, failures=["reload parity: one", "integration: two"])).splitlines()
+    assert lines[0] == "run triton_seed0: FAILED"
+    assert lines[4] == "  initial parity: measured at step 0 by the run this one resumed"
+    assert lines[5] == "  reload parity: max |diff| 0.5 (DIFFERENT)"
+    assert lines[-2:] == ["  check failed: reload parity: one", "  check failed: integration: two"]
+
+
+def row(name, test_mse, ok=True):
+    return {"run": name, "backend": "cuda", "steps": 100, "train/mse": 0.5, "val/mse": 0.25, "test/mse": test_mse,
+            "calls/forward": 100.0, "calls/backward": 100.0, "parity/initial_output_err": 1.25e-07,
+            "parity/initial_grad_err": 0.0, "reload/max_abs_diff": 0.0, "initial_weights_sha256": "0123456789abcdef",
+            "seconds": 3.5, "ok": ok, "log_dir": "unused"}
+
+
+def test_the_table_has_one_column_per_run_and_the_test_mse_difference_of_two():
+    table = summary_table([row("reference_seed0", 0.125), row("triton_seed0", 0.0625, ok=False)])
+    assert table.splitlines() == [
+        "| | reference_seed0 | triton_seed0 |",
+        "|---|---|---|",
+        "| backend | cuda | cuda |",
+        "| steps | 100 | 100 |",
+        "| train/mse | 0.5 | 0.5 |",
+        "| val/mse | 0.25 | 0.25 |",
+        "| test/mse | 0.125 | 0.0625 |",
+        "| calls/forward | 100 | 100 |",
+        "| calls/backward | 100 | 100 |",
+        "| parity/initial_output_err | 1.25e-07 | 1.25e-07 |",
+        "| parity/initial_grad_err | 0 | 0 |",
+        "| reload/max_abs_diff | 0 | 0 |",
+        "| initial_weights_sha256 | 0123456789abcdef | 0123456789abcdef |",
+        "| seconds | 3.5 | 3.5 |",
+        "| ok | True | False |",
+        "",
+        "test/mse difference (reference_seed0 - triton_seed0): 0.0625",
+    ]
+    assert "difference" not in summary_table([row("triton_seed0", 0.0625)])
+
+
+def write_events(log_dir, scalars):
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(log_dir))
+    for tag, points in scalars.items():
+        for step, value in points:
+            writer.add_scalar(tag, value, step)
+    writer.close()
+
+
+def finished(r):
+    return JobReturn(overrides=[f"norm={r.impl}"], status=JobStatus.COMPLETED, _return_value=r)
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    runs = []
+    for impl, test_mse in (("reference", 0.125), ("triton", 0.0625)):
+        log_dir = tmp_path / "runs" / f"{impl}_seed0" / "version_0"
+        calls = 0.0 if impl == "reference" else 1.0
+        write_events(log_dir, {"train/mse": [(0, 1.0), (1, 0.5)], "test/mse": [(2, test_mse)],
+                               "calls/forward": [(0, 0.0), (1, calls)], "reload/max_abs_diff": [(2, 0.0)]})
+        runs.append(result(impl, log_dir=str(log_dir), steps=2))
+    return runs
+
+
+def run_callback(tmp_path, jobs):
+    callback = MultirunSummary()
+    for job in jobs:
+        callback.on_job_end(None, job)
+    callback.on_multirun_end(OmegaConf.create({"paths": {"runs": str(tmp_path / "runs")}}))
+
+
+def test_after_a_multirun_the_table_is_read_back_from_the_event_files_and_written(tmp_path, two_runs, capsys):
+    run_callback(tmp_path, [finished(r) for r in two_runs])
+    (md,) = (tmp_path / "runs").glob("summary_*.md")
+    report = json.loads(md.with_suffix(".json").read_text())
+    table = md.read_text()
+    assert table.strip() in capsys.readouterr().out
+    assert "| test/mse | 0.125 | 0.0625 |" in table and "| calls/forward | 0 | 1 |" in table
+    assert "test/mse difference (reference_seed0 - triton_seed0): 0.0625" in table
+    rows = {r["run"]: r for r in report["runs"]}
+    assert (rows["triton_seed0"]["train/mse"], rows["triton_seed0"]["steps"]) == (0.5, 2)
+    assert math.isnan(rows["triton_seed0"]["val/mse"])  # never logged: the table says so rather than inventing it
+    assert report["failures"] == [[], []] and report["crashed"] == []
+
+
+def test_a_failed_check_ends_the_multirun_with_one_line(tmp_path, two_runs, capsys):
+    two_runs[1].failures = ["integration: 0 Triton forward calls in 2 training steps on the triton path; expected 2"]
+    with pytest.raises(SystemExit) as exit_:
+        run_callback(tmp_path, [finished(r) for r in two_runs])
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "train.py: check failed: triton_seed0: integration: 0 Triton forward calls in 2 training steps on the triton path; expected 2"
+    )
+    assert len(list((tmp_path / "runs").glob("summary_*.md"))) == 1  # the table is written first
+
+
+def test_a_crashed_job_is_reported_after_the_others(tmp_path, two_runs, capsys):
+    crashed = JobReturn(overrides=["norm=triton"], status=JobStatus.FAILED, _return_value=ValueError("boom"))
+    with pytest.raises(SystemExit) as exit_:
+        run_callback(tmp_path, [finished(two_runs[0]), crashed])
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "train.py: check failed: ['norm=triton']: ValueError: boom"
+    (js,) = (tmp_path / "runs").glob("summary_*.json")
+    report = json.loads(js.read_text())
+    assert [r["run"] for r in report["runs"]] == ["reference_seed0"]
+    assert report["crashed"] == ["['norm=triton']: ValueError: boom"]
