@@ -80,6 +80,23 @@ def test_run_crashed_mid_epoch_and_resumed_ends_bit_identical(tmp_path, monkeypa
     assert_same_training(whole, broken, impl, steps=10)
 
 
+def test_a_run_that_crashed_after_its_last_step_completes_on_resume(tmp_path, tmp_path_factory, monkeypatch):
+    # its last checkpoint is at max_steps: the resumed run has no step left to train, only the end to do
+    with monkeypatch.context() as m:
+        crash_after_checkpoint_of_step(m, 4)
+        with pytest.raises(Crash):
+            train(tmp_path, "norm=triton")
+    assert not checkpoint_of(tmp_path, "triton", "last.ckpt").with_name("final.ckpt").exists()
+    resumed = train(tmp_path, "norm=triton", "ckpt_path=last")
+    assert resumed.ok, resumed.failures
+    assert resumed.steps == 4 and resumed.calls["train/forward"] == 4
+    whole, _ = shared_run(tmp_path_factory, "norm=triton")
+    a, b = final_state(whole, "triton"), final_state(tmp_path, "triton")
+    assert_same_tree(a["state_dict"], b["state_dict"])
+    assert_same_tree(a["optimizer_states"], b["optimizer_states"])
+    assert scalars_of(whole, "triton")["train/mse"] == scalars_of(tmp_path, "triton")["train/mse"]
+
+
 @pytest.mark.parametrize("impl", ["reference", "triton"])
 def test_two_runs_with_the_same_configuration_are_bit_identical(tmp_path, tmp_path_factory, impl):
     first, _ = shared_run(tmp_path_factory, f"norm={impl}")
@@ -191,12 +208,26 @@ def test_process_killed_mid_epoch_and_resumed_ends_bit_identical(tmp_path, impl)
     assert_same_training(whole, broken, impl, steps=10)
 
 
+def newest_write(folder) -> float:
+    # last.ckpt is rewritten at every checkpoint, after the step's own file
+    return max((p.stat().st_mtime for p in folder.glob("checkpoints/*/*/last.ckpt")), default=0.0)
+
+
+def next_write(proc, folder, after: float) -> float | None:
+    """When the running process next completes a checkpoint after ``after``; None if it ends first."""
+    while proc.poll() is None:
+        t = newest_write(folder)
+        if t > after:
+            return t
+        time.sleep(0.005)
+    return None
+
+
 @pytest.mark.slow
 def test_sigkill_at_random_moments_never_leaves_a_bad_checkpoint(tmp_path):
     """Kill a real training process three times (checkpoints every 2 steps), resuming from last each time."""
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     killed.mkdir()
-    # 60 steps of about 0.1 s on the CPU: each killed process gets at most about 10 of them done
     schedule = ["trainer.max_steps=60", "checkpoint.every_n_steps=2", "trainer.val_check_interval=10"]
     assert train(whole, *schedule).ok
     args = [*SCHEDULE, *schedule, "trainer.enable_progress_bar=false"]
@@ -211,10 +242,13 @@ def test_sigkill_at_random_moments_never_leaves_a_bad_checkpoint(tmp_path):
             _, err = proc.communicate(timeout=600)
             assert proc.returncode == 0, err[-3000:]
             break
-        # once this process has written a checkpoint of its own, kill it at a random moment
-        while proc.poll() is None and not any(p.stat().st_mtime >= started for p in killed.glob("checkpoints/*/*/*.ckpt")):
-            time.sleep(0.02)
-        time.sleep(rng.uniform(0.0, 1.0))
+        # Two checkpoints of this process give the time of 2 steps on this machine (the GPU's or the
+        # interpreter's); the kill comes within 3 such intervals, at any moment of a step or a write,
+        # so each process gets about 10 of the 60 steps done.
+        first = next_write(proc, killed, started)
+        second = next_write(proc, killed, first) if first else None
+        assert second, f"the run ended before kill {kill + 1}: {proc.stderr.read()[-3000:]}"
+        time.sleep(rng.uniform(0.0, 3 * (second - first)))
         assert proc.poll() is None, f"the run ended before kill {kill + 1}: {proc.stderr.read()[-3000:]}"
         proc.send_signal(signal.SIGKILL)
         proc.wait()

@@ -248,7 +248,8 @@ def run(cfg: DictConfig) -> RunResult:
     diff, reloaded_impl = reload_max_abs_diff(module, final, data, trainer.strategy.root_device)
     logger.log_metrics({"reload/max_abs_diff": diff}, step=trainer.global_step)
     result.metrics = {
-        "train/mse": fit_metrics["train/mse"],
+        # nan when a resumed run had no step left to train (its checkpoint was the last step's)
+        "train/mse": fit_metrics.get("train/mse", float("nan")),
         "val/mse": fit_metrics.get("val/mse", float("nan")),
         "test/mse": float(module.test_mse),
         "parity/initial_output_err": parity.output_err,
