@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from rmsnorm_kernel.training.checkpoints import CheckpointError, read_checkpoint
+from rmsnorm_kernel.training.checkpoints import read_checkpoint
 from rmsnorm_kernel.training.model import RMSNormRegressor
 from tests.helpers import ROOT, train_process
 
