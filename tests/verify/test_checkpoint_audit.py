@@ -64,3 +64,53 @@ def test_audit_with_the_projects_build_network(tmp_path, device):
 
 def test_audit_of_a_missing_directory_is_empty(tmp_path):
     assert checkpoint_audit.audit_checkpoints(tmp_path / "nowhere", build_network) == []
+
+
+def _with_state(src: Path, dst: Path, edit) -> Path:
+    """A copy of the checkpoint ``src`` at ``dst`` with ``edit(ckpt)`` applied."""
+    ckpt = torch.load(src, weights_only=True)
+    edit(ckpt)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(ckpt, dst)
+    return dst
+
+
+def test_a_failing_line_says_why(tmp_path, device):
+    good = write_checkpoint(tmp_path / "good" / "last.ckpt", device)
+
+    def nan_weight(ckpt):
+        ckpt["state_dict"]["net.norm.weight"][3] = float("nan")
+
+    def inf_record(ckpt):
+        ckpt["rmsnorm_kernel"]["test_outputs"][0, 1] = float("inf")
+
+    _with_state(good, tmp_path / "bad" / "nan_weight.ckpt", nan_weight)
+    _with_state(good, tmp_path / "bad" / "inf_record.ckpt", inf_record)
+    write_checkpoint(tmp_path / "bad" / "tampered.ckpt", device, tamper=0.01)
+    results = {Path(r.file).name: r for r in checkpoint_audit.audit_checkpoints(tmp_path / "bad", build_network, device=device)}
+
+    nan = results["nan_weight.ckpt"]
+    assert (nan.stage, nan.ok) == ("weights", False)
+    assert nan.detail == "not finite: net.norm.weight (1 NaN, 0 inf of 33 values)"
+    assert torch.isnan(torch.tensor(nan.max_abs))  # no difference was measured: the table shows '-', not 0
+    inf = results["inf_record.ckpt"]
+    assert (inf.stage, inf.ok) == ("weights", False)
+    assert inf.detail == "not finite: rmsnorm_kernel.test_outputs (0 NaN, 1 inf of 10 values)"
+    tampered = results["tampered.ckpt"]
+    assert (tampered.stage, tampered.ok) == ("reproduce", False)
+    assert "max abs difference 0.01 " in tampered.detail, tampered.detail
+    assert "10 of 10 values beyond atol 1e-05 + rtol 0.0001 * |recorded|" in tampered.detail, tampered.detail
+
+
+def test_non_finite_outputs_are_named_not_measured(tmp_path, device):
+    """Finite weights whose outputs overflow: the line names the non-finite outputs, with no max abs."""
+    good = write_checkpoint(tmp_path / "good.ckpt", device)
+
+    def huge_output_layer(ckpt):
+        ckpt["state_dict"]["net.out.weight"].fill_(3e38)
+
+    _with_state(good, tmp_path / "bad" / "overflow.ckpt", huge_output_layer)
+    (result,) = checkpoint_audit.audit_checkpoints(tmp_path / "bad", build_network, device=device)
+    assert (result.stage, result.ok) == ("reproduce", False)
+    assert "outputs on the recorded test inputs hold 10 non-finite value(s) of 10" in result.detail, result.detail
+    assert torch.isnan(torch.tensor(result.max_abs))

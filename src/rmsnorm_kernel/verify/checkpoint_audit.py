@@ -4,6 +4,11 @@ The training writes Lightning ``.ckpt`` files under ``checkpoints/<run>/``. Each
 Lightning's own keys, ``rmsnorm_kernel = {"test_inputs": Tensor, "test_outputs": Tensor}``: a batch of
 the test split and the network's outputs on it, recorded when the file was written. The network is
 rebuilt with ``rmsnorm_kernel.training.model.build_network(**hyper_parameters)``.
+
+A file that fails is named with the stage it reached and why: the load error, the missing keys, the
+rebuild error, each tensor that is not finite (a weight, or the recorded test batch) with its NaN and
+inf counts, or, when the outputs are not reproduced, the largest absolute and relative difference and how
+many values lie beyond the tolerance.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ class CheckpointAudit:
     """The verdict on one file under ``checkpoints/``; ``stage`` is the last step reached."""
 
     file: str
-    stage: str  # "skipped", "load", "keys", "rebuild", "reproduce" or "verified"
+    stage: str  # "skipped", "load", "keys", "rebuild", "weights", "reproduce" or "verified"
     ok: bool
     detail: str
     max_abs: float = math.nan
@@ -100,16 +105,47 @@ def audit_checkpoint(path: Path, build_network: Callable | None, import_problem:
         net.load_state_dict(matched)
     except Exception as exc:
         return CheckpointAudit(name, "rebuild", False, f"build_network(**hyper_parameters) failed ({one_line(exc)})")
+    bad = non_finite(state) + non_finite(record, "rmsnorm_kernel.")
+    if bad:
+        return CheckpointAudit(name, "weights", False, "not finite: " + "; ".join(bad[:3]) + (f"; and {len(bad) - 3} more tensor(s)" if len(bad) > 3 else ""))
     try:
         net = net.to(device).eval()
         with torch.no_grad():
             got = net(record["test_inputs"].to(device))
-        c = compare(got, record["test_outputs"])
+        expected = record["test_outputs"]
+        if got.shape != expected.shape:
+            return CheckpointAudit(name, "reproduce", False, f"the network gives outputs of shape {tuple(got.shape)} on the recorded test inputs; recorded: {tuple(expected.shape)}")
+        c = compare(got, expected)
     except Exception as exc:
         return CheckpointAudit(name, "reproduce", False, f"running the network on the recorded test inputs failed ({one_line(exc)})")
     if not c.ok:
-        return CheckpointAudit(name, "reproduce", False, f"outputs differ from those recorded at save time beyond {c.tolerance}", c.max_abs, c.max_rel)
-    return CheckpointAudit(name, "verified", True, f"reproduces {tuple(record['test_outputs'].shape)} recorded test outputs", c.max_abs, c.max_rel)
+        measured = bool(torch.isfinite(got).all())  # a non-finite output has no difference to measure
+        return CheckpointAudit(name, "reproduce", False, mismatch(got, expected, c),
+                               c.max_abs if measured else math.nan, c.max_rel if measured else math.nan)
+    return CheckpointAudit(name, "verified", True, f"reproduces {tuple(expected.shape)} recorded test outputs", c.max_abs, c.max_rel)
+
+
+def non_finite(tensors: dict, prefix: str = "") -> list[str]:
+    """``name (n NaN, m inf of k values)`` for each floating-point tensor of ``tensors`` that is not all finite."""
+    found = []
+    for key, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            nan, inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
+            found.append(f"{prefix}{key} ({nan} NaN, {inf} inf of {t.numel()} values)")
+    return found
+
+
+def mismatch(got: torch.Tensor, expected: torch.Tensor, c) -> str:
+    """Why the outputs are not those recorded: the largest difference and how many values exceed the
+    tolerance, or the non-finite outputs (which have no difference to measure)."""
+    got64, exp64 = got.detach().cpu().double(), expected.detach().cpu().double()
+    count = int((~torch.isfinite(got64)).sum())
+    if count:
+        return (f"the network's outputs on the recorded test inputs hold {count} non-finite value(s) of {got64.numel()}; "
+                f"the recorded outputs are finite")
+    beyond = int(((got64 - exp64).abs() > c.tolerance.atol + c.tolerance.rtol * exp64.abs()).sum())
+    return (f"outputs differ from those recorded at save time: max abs difference {c.max_abs:.3g} (max rel {c.max_rel:.3g}); "
+            f"{beyond} of {got64.numel()} values beyond atol {c.tolerance.atol:g} + rtol {c.tolerance.rtol:g} * |recorded|")
 
 
 def audit_checkpoints(root: Path, build_network: Callable | None = None, device: str | None = None) -> list[CheckpointAudit]:

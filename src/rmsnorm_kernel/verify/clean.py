@@ -1,35 +1,112 @@
-"""Removing what the project's commands generate, and nothing else.
+"""Removing the files the project's commands wrote, one by one, and nothing else.
 
-Only inside a directory whose ``pyproject.toml`` declares this project: the top-level ``outputs/``,
-``runs/``, ``checkpoints/``, ``multirun/`` and ``.pytest_cache/``, and ``__pycache__/`` directories
-below it. Virtual environments and ``.git`` are never entered, symbolic links are never followed or
-removed, and every path is checked to lie inside the project before it is touched.
+How the project knows its own files: by the exact names the code that writes them gives them. A
+manifest kept by the commands is the alternative, and the weaker one here: most of these files are
+written on the project's behalf by Lightning (event files, checkpoints), Hydra (run folders), pytest
+(its cache) and Python (bytecode), which would each have to be followed to record them, and a run
+killed before it records a file would leave that file unknown for ever. The names are fixed by the
+code, hold for trees written by any earlier run, and are checked against the code by the tests.
+
+Generated, relative to the project root (``<name>`` is any run name, ``<k>``, ``<n>`` numbers):
+
+- ``outputs/<command>.json``: a check command's report (``report.write_report``; ``benchmark.json``
+  from ``benchmark.write_json``), for the commands of ``REPORT_COMMANDS``;
+- ``outputs/figures/<figure>.png`` for the figures of ``FIGURE_FILES`` (``figures.FIGURES``);
+- ``outputs/compile-report/inductor_output_<n>.py`` (``compile_report.compile_report``);
+- in a Hydra job folder under ``outputs/hydra/`` or ``multirun/`` (a folder whose ``.hydra/`` holds
+  ``hydra.yaml``): ``.hydra/config.yaml``, ``.hydra/hydra.yaml``, ``.hydra/overrides.yaml`` and
+  ``train.log``; in a sweep folder there, ``multirun.yaml``;
+- ``runs/<name>/version_<k>/events.out.tfevents.*`` and ``hparams.yaml`` (Lightning's
+  ``TensorBoardLogger``); ``runs/summary_*.md`` and ``runs/summary_*.json``
+  (``training.summary.MultirunSummary``);
+- ``checkpoints/<name>/version_<k>/``: ``step<n>.ckpt``, ``last.ckpt`` (either with Lightning's
+  ``-v<n>`` suffix when the name was taken), ``final.ckpt``, ``hpc_ckpt_<n>.ckpt`` (Lightning's SLURM
+  requeue) and ``.<file>.ckpt.<pid>.tmp`` (``training.checkpoints.atomic_torch_save``);
+- every file under ``.pytest_cache/`` (pytest's cache folder);
+- ``*.pyc`` directly in a ``__pycache__/`` of the project's Python trees (``PYTHON_TREES``, and the
+  root's own ``__pycache__/``).
+
+Any other file in those folders is kept and listed as kept. No folder is removed as a whole: after the
+files, a folder is removed, deepest first, when it is empty and either held something that was removed
+or is a folder of the layout above (``LAYOUT_FOLDERS``, ``<runs|checkpoints>/<name>`` and its
+``version_<k>``, ``__pycache__``, a folder under ``.pytest_cache``). A folder that still holds a kept file stays, and so
+does an empty folder the user made.
+
+The dry run makes the same plan and touches nothing. Only inside a directory whose ``pyproject.toml``
+declares this project; virtual environments and ``.git`` are never entered; symbolic links are never
+followed or removed; every path is checked to lie inside the project before it is removed.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 PROJECT_NAME = "rmsnorm_kernel"
 GENERATED_TOP_LEVEL = ("outputs", "runs", "checkpoints", "multirun", ".pytest_cache")
 CACHE_DIR_NAME = "__pycache__"
+#: The folders holding the project's Python files, searched for ``__pycache__`` (besides the root's own).
+PYTHON_TREES = ("src", "tests", "benchmarks")
 #: Directories never searched for caches: they belong to git or to an installed environment.
 NEVER_ENTER = {".git", ".venv", "venv", ".tox", ".nox", "node_modules"}
 SCOPES = ("generated",)
 
+#: The commands that write ``<outputs>/<command>.json`` (the subcommands of ``verify.cli``).
+REPORT_COMMANDS = (
+    "environment", "reference", "check-forward", "check-backward", "check-gamma", "negative", "exercise",
+    "profile", "compile-report", "figures", "check-checkpoints", "clean", "benchmark",
+)
+#: The PNG files of the ``figures`` command (``figures.FIGURES``).
+FIGURE_FILES = ("training_mse.png", "check_errors.png", "benchmark.png")
+#: Folders the commands create by these names, removed when empty even if they held nothing.
+LAYOUT_FOLDERS = frozenset(GENERATED_TOP_LEVEL) | {"outputs/figures", "outputs/compile-report", "outputs/hydra", "outputs/hydra/multirun"}
 
-class NotTheProject(RuntimeError):
+_HYDRA = r"(?:outputs/hydra|multirun)(?:/[^/]+)+"
+_VERSION = r"[^/]+/version_\d+"
+_CACHE = r"(?:(?:%s)/(?:[^/]+/)*)?%s" % ("|".join(re.escape(t) for t in PYTHON_TREES), CACHE_DIR_NAME)
+_STATIC_PATTERNS = [re.compile(p) for p in (
+    r"outputs/(?:%s)\.json" % "|".join(re.escape(c) for c in REPORT_COMMANDS),
+    r"outputs/figures/(?:%s)" % "|".join(re.escape(f) for f in FIGURE_FILES),
+    r"outputs/compile-report/inductor_output_\d+\.py",
+    rf"{_HYDRA}/multirun\.yaml",
+    rf"runs/{_VERSION}/(?:events\.out\.tfevents\.[^/]+|hparams\.yaml)",
+    r"runs/summary_[^/]+\.(?:md|json)",
+    rf"checkpoints/{_VERSION}/(?:step\d+(?:-v\d+)?\.ckpt|last(?:-v\d+)?\.ckpt|final\.ckpt|hpc_ckpt_\d+\.ckpt|\.[^/]+\.ckpt\.\d+\.tmp)",
+    r"\.pytest_cache/.+",
+    rf"{_CACHE}/[^/]+\.pyc",
+)]
+#: Hydra's files of one job, generated only where ``<job>/.hydra/hydra.yaml`` exists.
+_HYDRA_JOB_FILE = re.compile(rf"(?P<job>{_HYDRA})/(?:\.hydra/(?:config|hydra|overrides)\.yaml|train\.log)")
+_LAYOUT_FOLDER = re.compile(rf"(?:runs|checkpoints)/[^/]+(?:/version_\d+)?|\.pytest_cache/.+|{_CACHE}")
+
+WOULD_REMOVE, REMOVED = "would remove", "removed"
+KEPT_USER = "kept: not written by this project's commands"
+KEPT_LINK = "kept: symbolic link, not followed"
+
+
+class CleanRefused(RuntimeError):
+    """``clean`` will not run as asked; the message says why and what is accepted."""
+
+
+class NotTheProject(CleanRefused):
     """The directory given to ``clean`` is not this project's root."""
 
 
 @dataclass
 class Removal:
+    """One path and what ``clean`` does with it. ``path`` is relative to the project root, with a
+    trailing ``/`` for a folder; ``action`` is "would remove", "removed", "kept: <why>" or
+    "not removed: <error>"."""
+
     path: str
-    action: str  # "would remove", "removed" or "skipped: <why>"
+    action: str
+
+    @property
+    def is_folder(self) -> bool:
+        return self.path.endswith("/")
 
 
 def project_name(pyproject: Path) -> str | None:
@@ -62,49 +139,146 @@ def require_project_root(directory: Path) -> Path:
     return root
 
 
+def is_generated_file(root: Path, rel: str) -> bool:
+    """Whether the file at ``rel`` (relative to ``root``, '/'-separated) is one the project writes."""
+    if any(p.fullmatch(rel) for p in _STATIC_PATTERNS):
+        return True
+    m = _HYDRA_JOB_FILE.fullmatch(rel)
+    return bool(m) and (root / m.group("job") / ".hydra" / "hydra.yaml").is_file()
+
+
+def is_layout_folder(rel: str) -> bool:
+    """Whether the folder at ``rel`` is one the commands create by its name."""
+    return rel in LAYOUT_FOLDERS or bool(_LAYOUT_FOLDER.fullmatch(rel))
+
+
 def _is_environment(path: Path) -> bool:
     return path.name in NEVER_ENTER or (path / "pyvenv.cfg").exists()
 
 
-def generated_paths(root: Path) -> tuple[list[Path], list[Removal]]:
-    """(directories to remove, entries that look generated but are left alone, with the reason)."""
-    targets, skipped = [], []
-    for name in GENERATED_TOP_LEVEL:
-        p = root / name
-        if p.is_symlink():
-            skipped.append(Removal(str(p), "skipped: symbolic link, not followed"))
-        elif p.is_dir():
-            targets.append(p)
-        elif p.exists():
-            skipped.append(Removal(str(p), "skipped: not a directory"))
-    top_level = {root / n for n in GENERATED_TOP_LEVEL}
-    for dirpath, dirnames, _ in os.walk(root, followlinks=False):
-        here = Path(dirpath)
-        keep = []
-        for d in dirnames:
-            child = here / d
-            if child in top_level or child.is_symlink() or _is_environment(child):
+def _plan_folder(root: Path, folder: Path, remove: list[str], kept: list[Removal]) -> tuple[bool, bool]:
+    """Sort the contents of ``folder`` into ``remove`` and ``kept``; returns (it would be empty after
+    the clean, something in it would be removed)."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as exc:
+        kept.append(Removal(folder.relative_to(root).as_posix() + "/", f"kept: cannot be read ({type(exc).__name__})"))
+        return False, False
+    empty, removed_any = True, False
+    for entry in entries:
+        path = Path(entry.path)
+        rel = path.relative_to(root).as_posix()
+        if entry.is_symlink():
+            kept.append(Removal(rel, KEPT_LINK))
+            empty = False
+        elif entry.is_dir(follow_symlinks=False):
+            if _is_environment(path):
+                kept.append(Removal(rel + "/", "kept: a virtual environment, not entered"))
+                empty = False
                 continue
-            if d == CACHE_DIR_NAME:
-                targets.append(child)
+            sub_empty, sub_removed = _plan_folder(root, path, remove, kept)
+            if sub_empty and (sub_removed or is_layout_folder(rel)):
+                remove.append(rel + "/")
+                removed_any = True
             else:
-                keep.append(d)
-        dirnames[:] = keep  # do not descend into what is removed, linked, or an environment
-    return targets, skipped
+                if sub_empty:  # an empty folder the user made: listed, since it keeps its parent
+                    kept.append(Removal(rel + "/", "kept: empty folder not made by this project's commands"))
+                empty = False
+        elif entry.is_file(follow_symlinks=False) and is_generated_file(root, rel):
+            remove.append(rel)
+            removed_any = True
+        else:
+            kept.append(Removal(rel, KEPT_USER if entry.is_file(follow_symlinks=False) else "kept: not a regular file"))
+            empty = False
+    return empty, removed_any
+
+
+def _cache_folders(root: Path) -> list[Path]:
+    """The ``__pycache__`` folders of the root and of the project's Python trees (no link followed,
+    no environment entered)."""
+    found = [root / CACHE_DIR_NAME] if (root / CACHE_DIR_NAME).is_dir() and not (root / CACHE_DIR_NAME).is_symlink() else []
+    for tree in PYTHON_TREES:
+        top = root / tree
+        if top.is_symlink() or not top.is_dir():
+            continue
+        for dirpath, dirnames, _ in os.walk(top, followlinks=False):
+            here = Path(dirpath)
+            keep = []
+            for d in sorted(dirnames):
+                child = here / d
+                if child.is_symlink() or _is_environment(child):
+                    continue
+                if d == CACHE_DIR_NAME:
+                    found.append(child)
+                else:
+                    keep.append(d)
+            dirnames[:] = keep
+    return found
+
+
+def plan(root: Path) -> tuple[list[str], list[Removal]]:
+    """(paths to remove, files first and then folders deepest first; what is kept, with the reason)."""
+    files_and_folders: list[str] = []
+    kept: list[Removal] = []
+    folders = [root / name for name in GENERATED_TOP_LEVEL] + _cache_folders(root)
+    for folder in folders:
+        rel = folder.relative_to(root).as_posix()
+        if folder.is_symlink():
+            kept.append(Removal(rel, KEPT_LINK))
+        elif folder.is_dir():
+            empty, removed_any = _plan_folder(root, folder, files_and_folders, kept)
+            if empty and (removed_any or is_layout_folder(rel)):
+                files_and_folders.append(rel + "/")
+        elif folder.exists():
+            kept.append(Removal(rel, "kept: not a folder"))
+    files = sorted(p for p in files_and_folders if not p.endswith("/"))
+    dirs = sorted((p for p in files_and_folders if p.endswith("/")), key=lambda p: (-p.count("/"), p))
+    return files + dirs, sorted(kept, key=lambda r: r.path)
+
+
+def _remove(root: Path, rel: str) -> str:
+    """Remove one planned path, after checking that it still is what was planned and lies in ``root``."""
+    path = root / rel.rstrip("/")
+    try:
+        parent = path.parent.resolve()
+        if parent != root and root not in parent.parents:
+            return "kept: resolves outside the project"
+        mode = os.lstat(path).st_mode
+        if rel.endswith("/"):
+            if not stat.S_ISDIR(mode):
+                return "kept: no longer a folder"
+            os.rmdir(path)  # fails on a folder that is not empty: nothing in it is lost
+        else:
+            if not stat.S_ISREG(mode):
+                return "kept: no longer a regular file"
+            os.unlink(path)
+    except FileNotFoundError:
+        return "kept: already gone"
+    except OSError as exc:
+        return f"not removed: {type(exc).__name__}: {exc.strerror or exc}"
+    return REMOVED
 
 
 def clean_generated(directory: Path, dry_run: bool) -> list[Removal]:
-    """Remove (or, with ``dry_run``, list) the generated directories of the project rooted at ``directory``."""
+    """Remove (or, with ``dry_run``, list) the generated files of the project rooted at ``directory``,
+    then the folders they leave empty; returns every path removed and every path kept, sorted."""
     root = require_project_root(directory)
-    targets, report = generated_paths(root)
-    for p in targets:
-        resolved = p.resolve()
-        if resolved == root or root not in resolved.parents:
-            report.append(Removal(str(p), "skipped: resolves outside the project"))
-            continue
-        if dry_run:
-            report.append(Removal(str(p), "would remove"))
-        else:
-            shutil.rmtree(p)
-            report.append(Removal(str(p), "removed"))
-    return report
+    targets, kept = plan(root)
+    done = [Removal(rel, WOULD_REMOVE if dry_run else _remove(root, rel)) for rel in targets]
+    return sorted(done + kept, key=lambda r: r.path)
+
+
+def report_folder_problem(directory: Path, outputs: Path) -> str | None:
+    """Why ``outputs`` may not hold clean's own report (it lies in a folder clean cleans), or None."""
+    root = Path(directory).resolve()
+    where = Path(outputs).resolve()
+    cleaned = [root / name for name in GENERATED_TOP_LEVEL]
+    inside = next((c for c in cleaned if where == c or c in where.parents), None)
+    if inside is None and CACHE_DIR_NAME in where.parts:
+        inside = Path(CACHE_DIR_NAME)
+    if inside is None:
+        return None
+    return (
+        f"clean: --outputs {outputs} lies in {inside}, which clean cleans; accepted: a folder outside "
+        f"{', '.join(GENERATED_TOP_LEVEL)} and {CACHE_DIR_NAME}, or no --outputs (the table is printed only)"
+    )

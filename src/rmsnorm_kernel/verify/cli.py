@@ -207,19 +207,31 @@ def cmd_clean(args) -> int:
     from . import clean
 
     try:
-        removals = clean.clean_generated(args.project, dry_run=args.dry_run)
-    except clean.NotTheProject as exc:
+        root = clean.require_project_root(args.project)
+        problem = clean.report_folder_problem(root, args.outputs) if args.outputs is not None else None
+        if problem:
+            raise clean.CleanRefused(problem)
+        entries = clean.clean_generated(root, dry_run=args.dry_run)
+    except clean.CleanRefused as exc:
         print(exc, file=sys.stderr)
         return USAGE
-    print(f"== clean --scope {args.scope}{' --dry-run' if args.dry_run else ''} ==\n")
-    if removals:
-        print(format_table(["path", "action"], [(r.path, r.action) for r in removals]))
+    print(f"== clean --scope {args.scope}{' --dry-run' if args.dry_run else ''} ==  project: {root}\n")
+    if entries:
+        print(format_table(["path (relative to the project)", "action"], [(r.path, r.action) for r in entries]))
     else:
-        print("nothing generated to remove")
-    if args.dry_run:  # a real clean removes outputs/ itself, so it leaves no report behind
-        path = write_report(args.outputs, "clean", True, {"scope": args.scope, "dry_run": True, "paths": removals})
-        print(f"\nreport: {path}")
-    return OK
+        print("nothing generated to remove, nothing kept")
+    gone = [r for r in entries if r.action in (clean.WOULD_REMOVE, clean.REMOVED)]
+    failed = [r for r in entries if r.action.startswith("not removed")]
+    kept = [r for r in entries if r.action.startswith("kept")]
+    verb = "would be removed" if args.dry_run else "removed"
+    print(
+        f"\n{sum(not r.is_folder for r in gone)} file(s) and {sum(r.is_folder for r in gone)} folder(s) {verb}; "
+        f"{len(kept)} path(s) kept" + (f"; {len(failed)} could not be removed" if failed else "")
+    )
+    if args.outputs is not None:  # never inside a cleaned folder: report_folder_problem refused that
+        path = write_report(args.outputs, "clean", not failed, {"scope": args.scope, "dry_run": args.dry_run, "project": str(root), "paths": entries})
+        print(f"report: {path}")
+    return FAILED if failed else OK
 
 
 def cmd_benchmark(args, extra: list[str]) -> int:
@@ -275,9 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--benchmark", type=Path, default=None, help="benchmark results (default: <outputs>/benchmark.json)")
     p = add("check-checkpoints", cmd_check_checkpoints, "load every checkpoint, check its keys, rebuild its network and reproduce its recorded test outputs")
     p.add_argument("--checkpoints", type=Path, default=Path("checkpoints"), help="directory searched for *.ckpt (default: checkpoints)")
-    p = add("clean", cmd_clean, "list (--dry-run) or remove the generated outputs/, runs/, checkpoints/, multirun/, .pytest_cache and __pycache__ of this project, nothing else")
+    p = add("clean", cmd_clean, "list (--dry-run) or remove the files this project's commands wrote in outputs/, runs/, checkpoints/, "
+            "multirun/, .pytest_cache and __pycache__, file by file, and the folders left empty; every other file is kept and listed",
+            parents=())
     p.add_argument("--scope", choices=["generated"], required=True, help="what to remove: 'generated' is the only scope")
-    p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing (and write a report)")
+    p.add_argument("--dry-run", action="store_true", help="list every file that would be removed and every file kept; remove and write nothing")
+    p.add_argument("--outputs", type=Path, default=None, help="also write clean.json there; must lie outside the folders clean cleans (default: print only)")
     p.add_argument("--project", type=Path, default=Path("."), help="the project root; must hold this project's pyproject.toml (default: .)")
     # Its options are defined by rmsnorm_kernel.verify.benchmark, imported only when this command runs.
     sub.add_parser("benchmark", help="time the kernels (options: rmsnorm-kernel benchmark --help)", add_help=False).set_defaults(handler=None)
