@@ -1,5 +1,6 @@
 """The compile report: no graph break, Inductor's code saved, the custom ops called from it opaquely."""
 
+import os
 from pathlib import Path
 
 from rmsnorm_kernel.verify import compile_report
@@ -9,6 +10,8 @@ from .helpers import BreakingNet
 
 def test_compile_report_saves_inductor_code_that_calls_both_ops(tmp_path, device):
     rep = compile_report.compile_report(tmp_path / "code", device=device)
+    for name in compile_report.CACHE_VARIABLES:  # the temporary cache folder was for this compile only
+        assert compile_report.TEMP_PREFIX not in os.environ.get(name, "")
     assert rep.ok, rep.problems
     assert rep.graph_break_count == 0 and rep.outputs_match and rep.grads_match
     assert rep.triton_calls == {"forward": 1, "backward": 1}
@@ -24,6 +27,8 @@ def test_compile_report_reports_graph_breaks(tmp_path, device, monkeypatch):
     rep = compile_report.compile_report(tmp_path / "code", device=device)
     assert not rep.ok
     assert rep.graph_break_count >= 1 and "graph break" in rep.problems[0]
+    assert rep.break_reasons and rep.break_reasons[0] in rep.problems[0]
+    assert not rep.code_files
 
 
 def test_op_call_excerpts_mark_each_call_with_its_context():

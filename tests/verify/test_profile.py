@@ -1,5 +1,8 @@
 """Profiling each path: the counts are recorded, and the Triton path runs exactly once per phase."""
 
+import pytest
+import torch
+
 from rmsnorm_kernel.ops.reference import rmsnorm_reference
 from rmsnorm_kernel.verify import profile
 
@@ -24,3 +27,10 @@ def test_profile_fails_when_the_triton_path_is_not_taken(device, monkeypatch):
     assert len(triton_rows) == 2 and not any(r.ok for r in triton_rows)
     assert all("Triton op calls" in r.detail for r in triton_rows)
     assert all(r.ok for r in rows if r.path != "triton")
+
+
+def test_compile_profiled_compiles_without_an_option_this_torch_lacks(monkeypatch):
+    with pytest.raises(RuntimeError):  # what compile_profiled relies on: an unknown option is refused at once
+        torch.compile(rmsnorm_reference, options={"no_such_option": True})
+    monkeypatch.setattr(profile, "KERNEL_PROFILE_OPTIONS", {"no_such_option": True})
+    assert callable(profile.compile_profiled(rmsnorm_reference))

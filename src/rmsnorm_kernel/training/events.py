@@ -1,9 +1,41 @@
-"""Reading TensorBoard event files back: the training summary and the figures both use this."""
+"""TensorBoard event files: writing raw events into a run's folder (hparams, the restart marker), and
+reading them back (the training summary and the figures)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from torch.utils.tensorboard import FileWriter
+
+
+@contextlib.contextmanager
+def run_event_writer(logger: TensorBoardLogger) -> Iterator[FileWriter]:
+    """The ``FileWriter`` of the logger's run folder, for events and summaries that ``SummaryWriter``
+    has no method for; flushed on exit.
+
+    That is the ``SummaryWriter``'s own ``file_writer`` (its event file). Lightning closes the
+    ``SummaryWriter`` when fit and test end, which drops it; then a new ``FileWriter`` opens a new event
+    file in the same folder (as the ``SummaryWriter`` does when it next writes) and is closed on exit.
+    """
+    summary_writer = logger.experiment
+    writer = summary_writer.file_writer
+    opened = writer is None
+    if opened:
+        from torch.utils.tensorboard import FileWriter
+
+        writer = FileWriter(summary_writer.get_logdir())
+    try:
+        yield writer
+    finally:
+        if opened:
+            writer.close()
+        else:
+            writer.flush()
 
 
 def read_scalars(log_dir: str | Path) -> dict[str, list[tuple[int, float]]]:

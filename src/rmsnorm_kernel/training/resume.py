@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from .checkpoints import CheckpointError, check_matches, read_checkpoint
 from .data import SyntheticRegressionData
+from .events import run_event_writer
 from .model import RMSNormRegressor
 from .paths import project_path, run_name
 
@@ -54,6 +55,5 @@ def mark_restart(logger: TensorBoardLogger, step: int) -> None:
     interruption are orphans and are dropped by its readers, so each step keeps one value."""
     from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 
-    writer = logger.experiment._get_file_writer()
-    writer.add_event(Event(step=step, session_log=SessionLog(status=SessionLog.START)))
-    writer.flush()
+    with run_event_writer(logger) as writer:
+        writer.add_event(Event(step=step, session_log=SessionLog(status=SessionLog.START)))

@@ -32,6 +32,7 @@ from .callbacks import InitialParity
 from .checkpoints import AtomicCheckpointIO, remove_stale_temporaries
 from .config import validate
 from .data import SyntheticRegressionData
+from .events import run_event_writer
 from .model import NonFiniteLossError, RMSNormRegressor
 from .paths import project_path, run_name
 from .resume import mark_restart, resolve_resume
@@ -131,10 +132,9 @@ def flat_hparams(cfg: DictConfig) -> dict:
 
 def write_hparams(logger: TensorBoardLogger, params: dict, test_mse: float) -> None:
     """The run's configuration in TensorBoard's HPARAMS tab, with test/mse (already logged) as its metric."""
-    writer = logger.experiment._get_file_writer()
-    for summary in hparams_summary(params, {"test/mse": test_mse}):
-        writer.add_summary(summary)
-    writer.flush()
+    with run_event_writer(logger) as writer:
+        for summary in hparams_summary(params, {"test/mse": test_mse}):
+            writer.add_summary(summary)
 
 
 def failed_checks(

@@ -99,7 +99,7 @@ def triton_kernels() -> dict[str, object]:
     (compiled, or interpreted where there is no GPU)."""
     import triton
 
-    return {name: obj for name, obj in vars(kernels).items() if isinstance(obj, triton.runtime.jit.KernelInterface)}
+    return {name: obj for name, obj in vars(kernels).items() if isinstance(obj, triton.KernelInterface)}
 
 
 @contextlib.contextmanager

@@ -28,6 +28,18 @@ class ProfileRow:
 #: Inductor's C++ kernels are visible to the profiler only when compiled with kernel profiling on.
 _CPU_KERNEL_MARKERS = ("cpp_fused", "kernel_cpp")
 
+#: ``torch.compile``'s ``options``: Inductor's C++ kernels record themselves in the CPU profile.
+KERNEL_PROFILE_OPTIONS = {"cpp.enable_kernel_profile": True}
+
+
+def compile_profiled(fn):
+    """``torch.compile(fn, fullgraph=True)`` with Inductor's C++ kernel profiling on, where this torch's
+    Inductor has that option (``torch.compile`` refuses an option it does not know); without it otherwise."""
+    try:
+        return torch.compile(fn, fullgraph=True, options=KERNEL_PROFILE_OPTIONS)
+    except RuntimeError:
+        return torch.compile(fn, fullgraph=True)
+
 
 def _count_events(prof, on_gpu: bool) -> tuple[int, dict[str, int]]:
     from torch.autograd import DeviceType
@@ -54,7 +66,6 @@ def profile_counts(shape: Sequence[int] = (64, 257), device: str | None = None) 
     the Triton path's count is mostly the interpreter's own tensor bookkeeping.
     Each path runs once unprofiled first, so compilation and autotuning are not counted.
     """
-    from torch._inductor import config as inductor_config
     from torch.profiler import ProfilerActivity, profile
 
     device = device or kernel_device_type()
@@ -62,11 +73,11 @@ def profile_counts(shape: Sequence[int] = (64, 257), device: str | None = None) 
     unit = "GPU kernels" if on_gpu else "CPU operator calls"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     x, gamma, dy = make_inputs(tuple(shape), torch.float32, device)
-    torch._dynamo.reset()
+    torch.compiler.reset()
     paths = {
         "reference": rmsnorm_reference,
         "triton": rmsnorm,
-        "torch.compile(reference)": torch.compile(rmsnorm_reference, fullgraph=True),
+        "torch.compile(reference)": compile_profiled(rmsnorm_reference),
     }
 
     def forward(fn, leaves):
@@ -81,31 +92,29 @@ def profile_counts(shape: Sequence[int] = (64, 257), device: str | None = None) 
             return x, gamma
         return x.clone().requires_grad_(), gamma.clone().requires_grad_()
 
-    kernel_profile = {"cpp.enable_kernel_profile": True} if hasattr(inductor_config.cpp, "enable_kernel_profile") else {}
     rows = []
-    with inductor_config.patch(kernel_profile):
-        for path, fn in paths.items():
-            for phase, step in (("forward", forward), ("forward+backward", forward_backward)):
-                step(fn, leaves_for(phase))  # warm-up: compilation, autotuning, lazy initialisation
-                leaves = leaves_for(phase)
+    for path, fn in paths.items():
+        for phase, step in (("forward", forward), ("forward+backward", forward_backward)):
+            step(fn, leaves_for(phase))  # warm-up: compilation, autotuning, lazy initialisation
+            leaves = leaves_for(phase)
+            if on_gpu:
+                torch.cuda.synchronize()
+            before = call_counts()
+            with profile(activities=activities) as prof:
+                step(fn, leaves)
                 if on_gpu:
                     torch.cuda.synchronize()
-                before = call_counts()
-                with profile(activities=activities) as prof:
-                    step(fn, leaves)
-                    if on_gpu:
-                        torch.cuda.synchronize()
-                after = call_counts()
-                calls = {k: after[k] - before[k] for k in after}
-                count, names = _count_events(prof, on_gpu)
-                problems = []
-                if count == 0:
-                    problems.append(f"the profiler recorded no {unit}")
-                if path == "triton":
-                    want = {"forward": 1, "backward": 1 if phase == "forward+backward" else 0}
-                    if calls != want:
-                        problems.append(f"Triton op calls {calls}, expected {want}")
-                elif any(calls.values()):
-                    problems.append(f"the {path} path called the Triton op: {calls}")
-                rows.append(ProfileRow(path, phase, count, unit, calls, names, not problems, "; ".join(problems)))
+            after = call_counts()
+            calls = {k: after[k] - before[k] for k in after}
+            count, names = _count_events(prof, on_gpu)
+            problems = []
+            if count == 0:
+                problems.append(f"the profiler recorded no {unit}")
+            if path == "triton":
+                want = {"forward": 1, "backward": 1 if phase == "forward+backward" else 0}
+                if calls != want:
+                    problems.append(f"Triton op calls {calls}, expected {want}")
+            elif any(calls.values()):
+                problems.append(f"the {path} path called the Triton op: {calls}")
+            rows.append(ProfileRow(path, phase, count, unit, calls, names, not problems, "; ".join(problems)))
     return rows
