@@ -64,20 +64,16 @@ def write_checkpoint(path: Path, device: str, seed: int = 0, prefix: str = "net.
 # A project tree for clean
 
 
-#: What ``make_project`` creates that ``clean --scope generated`` must remove, and what it must keep.
-GENERATED = {"outputs", "runs", "checkpoints", "multirun", ".pytest_cache", "src/pkg/__pycache__", "tests/__pycache__"}
-KEPT = {"pyproject.toml", "src/pkg/mod.py", "conf/config.yaml", ".venv/lib/__pycache__", "venv2/lib/__pycache__"}
-
 
 def make_project(root: Path, name: str = "rmsnorm_kernel") -> Path:
     """A project named ``name`` with generated directories, sources, and two virtual environments."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "pyproject.toml").write_text(f'[project]\nname = "{name}"\nversion = "0"\n')
-    for d in ("outputs/hydra", "runs/triton_seed0", "checkpoints/triton_seed0", "multirun", ".pytest_cache",
+    for d in ("outputs/hydra", "runs/triton_seed0/version_0", "checkpoints/triton_seed0", "multirun", ".pytest_cache",
               "src/pkg/__pycache__", "tests/__pycache__", ".venv/lib/__pycache__", "venv2/lib/__pycache__", "conf"):
         (root / d).mkdir(parents=True, exist_ok=True)
     (root / "venv2" / "pyvenv.cfg").write_text("home = /usr\n")
-    (root / "runs" / "triton_seed0" / "events.out.tfevents.1").write_text("x")
+    (root / "runs" / "triton_seed0" / "version_0" / "events.out.tfevents.1").write_text("x")
     (root / "src" / "pkg" / "mod.py").write_text("x = 1\n")
     (root / "src" / "pkg" / "__pycache__" / "mod.pyc").write_bytes(b"\0")
     (root / "conf" / "config.yaml").write_text("seed: 0\n")

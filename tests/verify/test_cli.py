@@ -216,8 +216,8 @@ def test_clean_dry_run_removes_nothing_then_clean_removes(tmp_path, capsys, monk
     monkeypatch.chdir(root)
     rc, out, _ = run_cli(capsys, "clean", "--scope", "generated", "--dry-run")
     assert rc == 0 and "would remove" in out
-    assert (root / "runs" / "triton_seed0" / "events.out.tfevents.1").exists()
-    assert read_report(root / "outputs", "clean")["dry_run"] is True
+    assert (root / "runs" / "triton_seed0" / "version_0" / "events.out.tfevents.1").exists()
+    assert not (root / "outputs" / "clean.json").exists()  # the dry run writes nothing
     rc, out, _ = run_cli(capsys, "clean", "--scope", "generated")
     assert rc == 0 and "removed" in out
     assert not (root / "runs").exists() and not (root / "outputs").exists()
