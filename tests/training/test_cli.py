@@ -3,6 +3,7 @@
 In-process through ``cli.main``; the slow test runs ``train.py`` itself for each exit path.
 """
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -120,3 +121,41 @@ def test_a_value_hydra_refuses_exits_1_before_any_work(tmp_path, override, messa
     assert proc.returncode == 1
     assert message in proc.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("key", ["runs", "checkpoints"])
+def test_an_output_folder_under_a_regular_file_exits_2_naming_it_and_leaves_nothing(tmp_path, capsys, key):
+    blocker = tmp_path / "file"
+    blocker.write_text("a user's file\n")
+    folder = blocker / "sub" / key
+    code, line = exits(tmp_path, capsys, f"paths.{key}={folder}")
+    assert (code, line) == (2, f"train.py: path error: paths.{key}: cannot create {folder}: {blocker} is a regular file, not a folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"] and blocker.read_text() == "a user's file\n"
+
+
+def test_an_output_folder_that_cannot_be_written_exits_2_naming_it_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+    from rmsnorm_kernel.training import paths
+
+    real_open = open
+
+    def refusing_open(file, *args, **kwargs):  # what a folder without write permission answers
+        if Path(file).name.startswith(paths.PROBE_PREFIX) and Path(file).parent.name == "checkpoints":
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(paths, "open", refusing_open, raising=False)
+    code, line = exits(tmp_path, capsys)
+    assert (code, line) == (2, f"train.py: path error: paths.checkpoints: cannot write to {tmp_path}/checkpoints: Permission denied")
+    assert list(tmp_path.iterdir()) == []  # neither runs/ nor checkpoints/ is left
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any folder")
+def test_a_folder_without_write_permission_exits_2(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    try:
+        code, line = exits(tmp_path, capsys, f"paths.checkpoints={locked}")
+    finally:
+        locked.chmod(0o700)
+    assert (code, line) == (2, f"train.py: path error: paths.checkpoints: cannot write to {locked}: Permission denied")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["locked"] and list(locked.iterdir()) == []

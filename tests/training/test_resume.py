@@ -260,3 +260,43 @@ def test_sigkill_at_random_moments_never_leaves_a_bad_checkpoint(tmp_path):
     a, b = final_state(whole, "triton"), final_state(killed, "triton")
     assert_same_tree(a["state_dict"], b["state_dict"])
     assert_same_tree(a["optimizer_states"], b["optimizer_states"])
+
+
+@pytest.mark.parametrize("max_steps", [4, 3])
+def test_resuming_a_run_at_or_past_max_steps_says_so_and_writes_nothing(tmp_path, capsys, max_steps):
+    assert train(tmp_path, "norm=reference").ok  # 4 steps, ended: final.ckpt beside last.ckpt
+    before = files_under(tmp_path)
+    capsys.readouterr()
+    result = main(tmp_path, "norm=reference", f"trainer.max_steps={max_steps}", "ckpt_path=last")  # no SystemExit: 0
+    last = tmp_path / "checkpoints/reference_seed0/version_0/last.ckpt"
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        f"train.py: nothing to do: checkpoint {last} is at step 4 and trainer.max_steps is {max_steps}: "
+        "nothing to train, nothing written (a larger trainer.max_steps continues it)"
+    )
+    assert result.steps == 4 and result.calls == {}
+    assert files_under(tmp_path) == before  # same files, same bytes
+
+
+def test_resuming_an_earlier_checkpoint_of_a_run_that_went_further_starts_a_branch(tmp_path):
+    run, straight = tmp_path / "run", tmp_path / "straight"
+    assert train(run, "norm=reference").ok  # 4 steps, checkpoints at 2 and 4
+    assert train(straight, "norm=reference", "trainer.max_steps=3").ok
+    before = files_under(run)
+    early = run / "checkpoints/reference_seed0/version_0/step00002.ckpt"
+    branch = train(run, "norm=reference", "trainer.max_steps=3", f"ckpt_path={early}")
+    assert branch.ok, branch.failures
+    assert {p: b for p, b in files_under(run).items() if p in before} == before  # the 4-step run as it was
+    assert branch.checkpoint == str(run / "checkpoints/reference_seed0/version_1/final.ckpt")
+    assert branch.log_dir == str(run / "runs/reference_seed0/version_1")
+    assert branch.branched_from == f"{early} at step 2"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(branch.log_dir)
+    acc.Reload()
+    (event,) = acc.Tensors("resume/branched_from/text_summary")  # the text plugin's tag
+    assert event.step == 2 and event.tensor_proto.string_val == [f"{early} at step 2".encode()]
+    # the branch trained steps 2..3 exactly as a 3-step run does
+    a, b = read_checkpoint(branch.checkpoint), final_state(straight, "reference")
+    assert a["global_step"] == b["global_step"] == 3
+    assert_same_tree(a["state_dict"], b["state_dict"])
+    assert_same_tree(a["optimizer_states"], b["optimizer_states"])

@@ -1,6 +1,8 @@
 """The body of ``train.py``: one run, its summary, and one line on standard error when it fails.
 
-Exit codes: 2 for a configuration or checkpoint refused before any work; 1 for a run stopped by a
+Exit codes: 0 for a run that passed its checks, and for a resume that found nothing to train (one
+line on standard output says so); 2 for a configuration, checkpoint or output path refused before any
+work; 1 for a run stopped by a
 non-finite loss or by the Triton contract, or a failed check (at the end of a multirun, for all runs:
 see ``summary.MultirunSummary``). Hydra itself exits 1 for a value of the wrong type or an unknown key.
 """
@@ -18,6 +20,7 @@ from ..ops.contract import ContractError
 from .checkpoints import CheckpointError
 from .config import ConfigError
 from .model import NonFiniteLossError
+from .paths import PathError
 from .run import RunResult, run
 from .summary import format_summary
 
@@ -38,12 +41,17 @@ def main(cfg: DictConfig) -> RunResult:
         fail(f"configuration error: {e}", 2)
     except CheckpointError as e:
         fail(f"checkpoint error: {e}", 2)
+    except PathError as e:
+        fail(f"path error: {e}", 2)
     except NonFiniteLossError as e:
         fail(f"training stopped: {e}", 1)
     except ContractError as e:
         fail(f"training stopped: {e} (norm.fallback=reference sends such inputs to the reference)", 1)
     if rank_zero_only.rank != 0:
         return result  # process 0 reports for all
+    if result.nothing_to_do:
+        print(f"{PROG}: nothing to do: {result.nothing_to_do}", flush=True)
+        return result
     print(format_summary(result), flush=True)
     if not result.ok and not multirun:
         fail(f"check failed: {result.failures[0]}", 1)

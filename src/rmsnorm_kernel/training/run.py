@@ -8,6 +8,9 @@
   the reference path never called them);
 - reload parity: the final checkpoint, loaded into a fresh module, gives bit-identical test outputs and
   the same RMSNorm path.
+
+Before the model is built, the runs and checkpoint folders are created and proved writable
+(``paths.prepare_folder``); a refusal before any work removes the folders it created.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ from .config import validate
 from .data import SyntheticRegressionData
 from .events import run_event_writer
 from .model import NonFiniteLossError, RMSNormRegressor
-from .paths import project_path, run_name
-from .resume import mark_restart, resolve_resume
+from .paths import prepare_folder, project_path, remove_folders, run_name
+from .resume import mark_branch, mark_restart, resolve_resume
 
 
 @dataclass
@@ -52,6 +55,8 @@ class RunResult:
     calls: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
+    branched_from: str = ""  # "<checkpoint> at step <n>" when this run is a branch of another
+    nothing_to_do: str = ""  # why a resume trained nothing and wrote nothing
 
     @property
     def ok(self) -> bool:
@@ -181,13 +186,31 @@ def run(cfg: DictConfig) -> RunResult:
     start = time.perf_counter()
     name = run_name(cfg)
     result = RunResult(name=name, impl=cfg.norm.impl, seed=cfg.seed, backend=backend())
-    module, data = build(cfg)
-    result.initial_weights_sha256 = state_dict_sha256(module)
-    resume = resolve_resume(cfg, module, data)
+    created = []
+    try:
+        for key in ("runs", "checkpoints"):
+            created += prepare_folder(f"paths.{key}", project_path(cfg.paths[key]))
+        module, data = build(cfg)
+        result.initial_weights_sha256 = state_dict_sha256(module)
+        resume = resolve_resume(cfg, module, data)
+    except BaseException:
+        remove_folders(created)  # refused before any work: leave nothing behind
+        raise
+    if resume is not None and resume.done:
+        remove_folders(created)
+        result.steps = resume.global_step
+        result.checkpoint = str(resume.path)
+        result.log_dir = str(resume.log_dir) if resume.log_dir is not None else ""
+        result.nothing_to_do = (
+            f"checkpoint {resume.path} is at step {resume.global_step} and trainer.max_steps is "
+            f"{cfg.trainer.max_steps}: nothing to train, nothing written (a larger trainer.max_steps continues it)"
+        )
+        return result
     if cfg.compile:
         module.net.compile(fullgraph=True)  # in place: the state dict keeps its keys
 
-    # A resumed run continues the run it came from: same TensorBoard folder, same checkpoint folder.
+    # A resumed run continues the run it came from: same TensorBoard folder, same checkpoint folder;
+    # a branch (see resume.py) gets the next version folder.
     version = resume.version if resume is not None else None
     logger = TensorBoardLogger(
         save_dir=str(project_path(cfg.paths.runs)), name=name, version=version, default_hp_metric=False
@@ -197,7 +220,10 @@ def run(cfg: DictConfig) -> RunResult:
     # routes logging and checkpoint writing through it, and these lines follow the same rule).
     if rank_zero_only.rank == 0:
         remove_stale_temporaries(checkpoint_dir)
-        if resume is not None:
+        if resume is not None and resume.branch:
+            result.branched_from = f"{resume.path} at step {resume.global_step}"
+            mark_branch(logger, resume.path, resume.global_step)
+        elif resume is not None:
             mark_restart(logger, resume.global_step)
     parity = InitialParity()
     checkpoints = ModelCheckpoint(
@@ -234,8 +260,10 @@ def run(cfg: DictConfig) -> RunResult:
     fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}  # test() resets them
     final = checkpoint_dir / "final.ckpt"
     trainer.save_checkpoint(final, weights_only=False)  # the full state: optimizer and loops too
-    # last.ckpt is what ckpt_path=last resumes: after a completed run, that is the final state.
-    trainer.save_checkpoint(checkpoint_dir / "last.ckpt", weights_only=False)
+    # last.ckpt is what ckpt_path=last resumes: after a completed run, that is the final state (which it
+    # holds already when a resumed run had no step left to train: then it is left as it is).
+    if resume is None or trainer.global_step != resume.global_step or resume.branch:
+        trainer.save_checkpoint(checkpoint_dir / "last.ckpt", weights_only=False)
     trainer.test(module, datamodule=data, verbose=False)
 
     result.steps = trainer.global_step
@@ -256,7 +284,10 @@ def run(cfg: DictConfig) -> RunResult:
         "parity/initial_grad_err": parity.grad_err,
         "reload/max_abs_diff": diff,
     }
-    write_hparams(logger, {**flat_hparams(cfg), "backend": backend()}, module.test_mse)
+    params = {**flat_hparams(cfg), "backend": backend()}
+    if result.branched_from:
+        params["branched_from"] = result.branched_from
+    write_hparams(logger, params, module.test_mse)
     result.failures = failed_checks(cfg, result, parity, diff, reloaded_impl)
     result.seconds = time.perf_counter() - start
     return result

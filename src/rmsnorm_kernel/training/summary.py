@@ -38,6 +38,7 @@ def format_summary(r: RunResult) -> str:
         ),
         f"  reload parity: max |diff| {m.get('reload/max_abs_diff')} "
         f"({'bit-identical' if m.get('reload/max_abs_diff') == 0 else 'DIFFERENT'})",
+        *([f"  branched from {r.branched_from}"] if r.branched_from else []),
         f"  logs: {r.log_dir}",
         f"  checkpoint: {r.checkpoint}",
     ]
