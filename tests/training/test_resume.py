@@ -300,3 +300,66 @@ def test_resuming_an_earlier_checkpoint_of_a_run_that_went_further_starts_a_bran
     assert a["global_step"] == b["global_step"] == 3
     assert_same_tree(a["state_dict"], b["state_dict"])
     assert_same_tree(a["optimizer_states"], b["optimizer_states"])
+
+
+def signal_after_step(monkeypatch, step, signum):
+    """The process sends itself ``signum`` at the end of training step ``step`` (as a scheduler would)."""
+    end = RMSNormRegressor.on_train_batch_end
+
+    def on_train_batch_end(self, *args):
+        end(self, *args)
+        if self.global_step == step:
+            os.kill(os.getpid(), signum)
+
+    monkeypatch.setattr(RMSNormRegressor, "on_train_batch_end", on_train_batch_end)
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_writes_last_at_the_step_reached_exits_non_zero_and_resumes_bit_identical(tmp_path, monkeypatch, capsys, signum, code):
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    assert train(whole, "norm=reference", *RESUMABLE).ok
+    step = CRASH_STEP + 1  # between two periodic checkpoints (every 3 steps)
+    with monkeypatch.context() as m:
+        signal_after_step(m, step, signum)
+        with pytest.raises(SystemExit) as exit_:
+            main(stopped, "norm=reference", *RESUMABLE)
+    assert exit_.value.code == code
+    last = stopped / "checkpoints/reference_seed0/version_0/last.ckpt"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"train.py: stopped by {signal.Signals(signum).name} at step {step}; {last} holds that step; "
+        f"resume with: python train.py <the same overrides> ckpt_path={last}"
+    )
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers given back
+    assert read_checkpoint(last)["global_step"] == step
+    assert not list(last.parent.glob(".*.tmp")) and not last.with_name("final.ckpt").exists()
+    assert main(stopped, "norm=reference", *RESUMABLE, f"ckpt_path={last}").ok
+    assert_same_training(whole, stopped, "reference", steps=10)
+
+
+@pytest.mark.slow
+def test_sigterm_from_outside_exits_143_and_the_printed_command_resumes_bit_identical(tmp_path):
+    import shlex
+
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped dir"  # a space: the command must quote it
+    stopped.mkdir()
+    assert train(whole, "norm=triton", *RESUMABLE).ok
+    args = [*SCHEDULE, *RESUMABLE, "trainer.enable_progress_bar=false", "norm=triton",
+            f'paths.runs="{stopped}/runs"', f'paths.checkpoints="{stopped}/checkpoints"']
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=stopped, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    first = stopped / "checkpoints/triton_seed0/version_0/step00003.ckpt"
+    while not first.exists() and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 143, err[-3000:]
+    last = stopped / "checkpoints/triton_seed0/version_0/last.ckpt"
+    line = err.strip().splitlines()[-1]
+    step = read_checkpoint(last)["global_step"]
+    assert 3 <= step < 10
+    assert line.startswith(f"train.py: stopped by SIGTERM at step {step}; {last} holds that step; resume with: python ")
+    command = shlex.split(line.split("resume with: ")[1])
+    assert command[1] == str(ROOT / "train.py") and command[-1] == f'ckpt_path="{last}"'
+    resumed = subprocess.run([sys.executable, *command[1:]], cwd=stopped, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_same_training(whole, stopped, "triton", steps=10)

@@ -1,6 +1,13 @@
-"""The initial-parity check: on the first training batch, both RMSNorm paths from the same weights."""
+"""The initial-parity check (on the first training batch, both RMSNorm paths from the same weights), and
+``last.ckpt`` written when a signal stops the run."""
 
 from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -45,3 +52,55 @@ class InitialParity(L.Callback):
             trainer.logger.log_metrics(
                 {"parity/initial_output_err": self.output_err, "parity/initial_grad_err": self.grad_err}, step=0
             )
+
+
+class Interrupted(RuntimeError):
+    """A run stopped by SIGTERM or SIGINT after ``last.ckpt`` was written at the step it reached."""
+
+    def __init__(self, signal_name: str, checkpoint: Path, step: int) -> None:
+        super().__init__(f"stopped by {signal_name} at step {step}; {checkpoint} holds that step")
+        self.signal_name, self.checkpoint, self.step = signal_name, checkpoint, step
+
+
+class SaveOnSignal(L.Callback):
+    """On SIGTERM (and SIGINT, see ``sigint_as_sigterm``), ``last.ckpt`` at the step the run reached.
+
+    Lightning's own SIGTERM handling sets ``Trainer.received_sigterm`` and stops the run once the
+    current step has ended (its checkpoints written, its validation run), by raising an exception that
+    every process sees: this callback's ``on_exception`` writes ``last.ckpt`` then, through the
+    trainer's (atomic) checkpoint I/O, the same way as the periodic checkpoints. On SLURM, Lightning's
+    requeue signal and its handling stay as they are.
+    """
+
+    def __init__(self, checkpoint_dir: Path) -> None:
+        self.checkpoint_dir = checkpoint_dir
+        self.signal_name = "SIGTERM"  # sigint_as_sigterm says when it was SIGINT
+        self.saved: Path | None = None
+        self.step = 0
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        if not trainer.received_sigterm:
+            return
+        path = self.checkpoint_dir / "last.ckpt"
+        trainer.save_checkpoint(path, weights_only=False)
+        self.saved, self.step = path, trainer.global_step
+
+
+@contextlib.contextmanager
+def sigint_as_sigterm(callback: SaveOnSignal):
+    """While training, SIGINT (Ctrl+C) stops the run as SIGTERM does: at the end of the current step,
+    with ``last.ckpt`` written, rather than by ``KeyboardInterrupt`` wherever the interpreter happens to
+    be (mid-step, mid-write). Only in the main thread, where Python runs signal handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        callback.signal_name = "SIGINT"
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

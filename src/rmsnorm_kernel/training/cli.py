@@ -2,14 +2,19 @@
 
 Exit codes: 0 for a run that passed its checks, and for a resume that found nothing to train (one
 line on standard output says so); 2 for a configuration, checkpoint or output path refused before any
-work; 1 for a run stopped by a
+work; 143 (SIGTERM) or 130 (SIGINT) for a run stopped by that signal, after writing ``last.ckpt``
+(the line names it and the command that resumes it); 1 for a run stopped by a
 non-finite loss or by the Triton contract, or a failed check (at the end of a multirun, for all runs:
 see ``summary.MultirunSummary``). Hydra itself exits 1 for a value of the wrong type or an unknown key.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
+import signal
 import sys
+from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -17,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
 from ..ops.contract import ContractError
+from .callbacks import Interrupted
 from .checkpoints import CheckpointError
 from .config import ConfigError
 from .model import NonFiniteLossError
@@ -32,6 +38,24 @@ def fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def hydra_value(text: str) -> str:
+    """A value as Hydra's override grammar reads it: quoted when it holds anything beyond a plain path."""
+    if re.fullmatch(r"[\w./+@:-]+", text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def resume_command(checkpoint: Path) -> str:
+    """The shell command that resumes this run from ``checkpoint``: the same overrides, that ckpt_path."""
+    if HydraConfig.initialized():
+        script = sys.argv[0] if sys.argv[0].endswith(PROG) else PROG  # as it was started
+        overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("ckpt_path=")]
+        args = [script, *overrides, f"ckpt_path={hydra_value(str(checkpoint))}"]
+        return " ".join(["python", *map(shlex.quote, args)])
+    # called without Hydra's command line (in-process): its overrides are not known here
+    return f"python {PROG} <the same overrides> {shlex.quote('ckpt_path=' + hydra_value(str(checkpoint)))}"
+
+
 def main(cfg: DictConfig) -> RunResult:
     """One run; a failed check exits non-zero (at the end of a multirun, after every run)."""
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
@@ -45,6 +69,9 @@ def main(cfg: DictConfig) -> RunResult:
         fail(f"path error: {e}", 2)
     except NonFiniteLossError as e:
         fail(f"training stopped: {e}", 1)
+    except Interrupted as e:
+        code = 128 + getattr(signal, e.signal_name).value
+        fail(f"{e}; resume with: {resume_command(e.checkpoint)}", code)
     except ContractError as e:
         fail(f"training stopped: {e} (norm.fallback=reference sends such inputs to the reference)", 1)
     if rank_zero_only.rank != 0:

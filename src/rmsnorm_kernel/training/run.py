@@ -31,7 +31,7 @@ from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from ..ops.backend import backend
 from ..ops.tolerances import TOLERANCES
-from .callbacks import InitialParity
+from .callbacks import InitialParity, Interrupted, SaveOnSignal, sigint_as_sigterm
 from .checkpoints import AtomicCheckpointIO, remove_stale_temporaries
 from .config import validate
 from .data import SyntheticRegressionData
@@ -177,8 +177,8 @@ def failed_checks(
 def run(cfg: DictConfig) -> RunResult:
     """Trains once as configured, runs the checks, and returns what happened (failures included).
 
-    Raises ``ConfigError``, ``CheckpointError`` (both before anything is written), ``NonFiniteLossError``
-    and ``ContractError``; ``cli.main`` turns each into one line and an exit code.
+    Raises ``ConfigError``, ``CheckpointError``, ``PathError`` (all before anything is written),
+    ``NonFiniteLossError``, ``ContractError`` and ``callbacks.Interrupted`` (SIGTERM, SIGINT); ``cli.main`` turns each into one line and an exit code.
     """
     validate(cfg)
     # The splits are small tensors already in memory; worker processes would only add start-up time.
@@ -226,6 +226,7 @@ def run(cfg: DictConfig) -> RunResult:
         elif resume is not None:
             mark_restart(logger, resume.global_step)
     parity = InitialParity()
+    on_signal = SaveOnSignal(checkpoint_dir)
     checkpoints = ModelCheckpoint(
         dirpath=checkpoint_dir,
         filename="step{step:05d}",
@@ -247,12 +248,17 @@ def run(cfg: DictConfig) -> RunResult:
         enable_model_summary=False,
         log_every_n_steps=1,
         logger=logger,
-        callbacks=[parity, checkpoints],
+        callbacks=[parity, checkpoints, on_signal],
         plugins=[AtomicCheckpointIO()],
         default_root_dir=str(checkpoint_dir),
     )
     try:
-        trainer.fit(module, datamodule=data, ckpt_path=str(resume.path) if resume else None, weights_only=True)
+        with sigint_as_sigterm(on_signal):
+            trainer.fit(module, datamodule=data, ckpt_path=str(resume.path) if resume else None, weights_only=True)
+    except SystemExit:  # Lightning's exit on SIGTERM, and on KeyboardInterrupt
+        if on_signal.saved is None:
+            raise
+        raise Interrupted(on_signal.signal_name, on_signal.saved, on_signal.step) from None
     except NonFiniteLossError as e:
         saved = sorted(checkpoint_dir.glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
         kept = f"the last good checkpoint is {saved[-1]}" if saved else "no checkpoint had been written yet"
