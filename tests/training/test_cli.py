@@ -159,3 +159,23 @@ def test_a_folder_without_write_permission_exits_2(tmp_path, capsys):
         locked.chmod(0o700)
     assert (code, line) == (2, f"train.py: path error: paths.checkpoints: cannot write to {locked}: Permission denied")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["locked"] and list(locked.iterdir()) == []
+
+
+REFUSED = f"rmsnorm (triton): x has rows of N = {MAX_N + 1} elements; accepted: N <= {MAX_N}"
+
+
+def test_a_triton_run_where_every_step_fell_back_fails_naming_the_count_and_the_reason(tmp_path, capsys):
+    code, line = exits(tmp_path, capsys, f"model.hidden_dim={MAX_N + 1}", "norm.fallback=reference")
+    assert code == 1
+    assert line == (
+        f"train.py: check failed: integration: no training step ran on Triton: 4 of 4 steps fell back to the "
+        f"reference (first reason: {REFUSED})"
+    )
+
+
+def test_the_reference_path_runs_at_a_shape_the_triton_contract_refuses_and_parity_says_it_skipped(tmp_path, capsys):
+    result = main(tmp_path, "norm=reference", f"model.hidden_dim={MAX_N + 1}")
+    assert result.ok and result.steps == 4
+    assert result.parity_skipped == f"the Triton contract refuses this shape ({REFUSED})"
+    assert result.metrics["parity/initial_output_err"] is None  # nothing was compared
+    assert f"  initial parity: skipped: the Triton contract refuses this shape ({REFUSED})" in capsys.readouterr().out

@@ -13,6 +13,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
+from ..ops.contract import ContractError
 from ..ops.impls import IMPLS
 from ..ops.tolerances import compare
 from .model import build_network
@@ -23,6 +24,9 @@ class InitialParity(L.Callback):
 
     Outputs and gradients must agree within the tolerance of ``ops/tolerances.py`` for their dtype.
     A resumed run starts past step 0 and measures nothing (the run it resumes measured at step 0).
+    The Triton path runs here without a fallback, so the comparison is always with Triton: when its
+    contract refuses the batch, nothing is compared and ``skipped`` holds the contract's reason (the run
+    itself goes on with its own path: the reference, or a Triton path with ``norm.fallback=reference``).
     """
 
     def __init__(self) -> None:
@@ -30,16 +34,21 @@ class InitialParity(L.Callback):
         self.grad_err: float | None = None
         self.dtype: torch.dtype | None = None  # of the compared outputs: it picks the tolerance
         self.ok = True
+        self.skipped: str | None = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if trainer.global_step != 0 or self.output_err is not None:
+        if trainer.global_step != 0 or self.output_err is not None or self.skipped is not None:
             return
         x, y = batch
         outs, grads = {}, {}
         for impl in IMPLS:
-            net = build_network(**{**pl_module.network_kwargs(), "norm_impl": impl}).to(x.device)
+            net = build_network(**{**pl_module.network_kwargs(), "norm_impl": impl, "norm_fallback": None}).to(x.device)
             net.load_state_dict(pl_module.net.state_dict())
-            out = net(x)
+            try:
+                out = net(x)
+            except ContractError as e:
+                self.skipped = f"the Triton contract refuses this shape ({e})"
+                return
             grads[impl] = torch.autograd.grad(F.mse_loss(out, y), list(net.parameters()))
             outs[impl] = out.detach()
         self.dtype = outs["reference"].dtype

@@ -11,6 +11,7 @@ from torch import nn
 
 from ..ops.module import RMSNorm
 from ..ops.backend import kernel_device_type
+from ..ops.contract import ContractError, check_forward
 from ..ops.op import call_counts
 
 #: The constructor arguments of ``build_network``, as saved in a checkpoint's hyper-parameters.
@@ -65,6 +66,7 @@ class RMSNormRegressor(L.LightningModule):
         self._test_sq_err = 0.0
         self._test_count = 0
         self.test_mse: float | None = None
+        self.fallback_reason: str | None = None  # why the first training step sent to the reference went there
 
     def network_kwargs(self) -> dict:
         return {k: self.hparams[k] for k in NETWORK_KEYS}
@@ -84,6 +86,8 @@ class RMSNormRegressor(L.LightningModule):
         fallbacks = self.net.norm.fallback_count
         pred = self._counted("train/forward", self.net, x)
         self.calls["train/fallback"] += self.net.norm.fallback_count - fallbacks
+        if self.net.norm.fallback_count > fallbacks and self.fallback_reason is None:
+            self.fallback_reason = self._refusal(x)
         loss = F.mse_loss(pred.float(), y)
         # The MSE of the global batch: under data parallelism each process holds an equal share of it.
         # (A copy: the all-reduce works in place and must not touch the loss that backward will use.)
@@ -94,6 +98,16 @@ class RMSNormRegressor(L.LightningModule):
             )
         self.log("train/mse", loss, on_step=True, on_epoch=False, prog_bar=True, logger=False)
         return loss
+
+    def _refusal(self, x: torch.Tensor) -> str:
+        """The Triton contract's reason for refusing the normalization's input on batch ``x``."""
+        with torch.no_grad():
+            h = self.net.inp(x)
+        try:
+            check_forward(h, self.net.norm.weight, self.net.norm.eps)
+        except ContractError as e:
+            return str(e)
+        return "the contract accepts this input"
 
     def on_before_backward(self, loss: torch.Tensor) -> None:
         self._backward_start = call_counts()["backward"]
@@ -143,6 +157,8 @@ class RMSNormRegressor(L.LightningModule):
             rng["cuda"] = torch.cuda.get_rng_state_all()
         checkpoint["rng"] = rng
         checkpoint["calls"] = dict(self.calls)  # a resumed run keeps counting from here
+        if self.fallback_reason is not None:
+            checkpoint["fallback_reason"] = self.fallback_reason
         if self.logger is not None:
             self.logger.save()  # every scalar up to this checkpoint reaches the disk with it
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
@@ -166,6 +182,7 @@ class RMSNormRegressor(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.calls.update(checkpoint.get("calls", {}))
+        self.fallback_reason = checkpoint.get("fallback_reason", self.fallback_reason)
         rng = checkpoint.get("rng")
         if rng is not None:
             # .cpu(): a checkpoint loaded with map_location="cuda" moves these byte tensors too

@@ -5,7 +5,8 @@
 - initial parity: on the first batch, from the same weights, both paths give the same outputs and
   gradients within the tolerance of ``ops/tolerances.py`` (``callbacks.InitialParity``);
 - integration: the Triton path's wrappers ran once forward and once backward per training step (and
-  the reference path never called them);
+  the reference path never called them); a Triton run in which no training step ran on Triton fails,
+  naming the fallback count and the first reason, even when every step fell back as allowed;
 - reload parity: the final checkpoint, loaded into a fresh module, gives bit-identical test outputs and
   the same RMSNorm path.
 
@@ -55,6 +56,8 @@ class RunResult:
     calls: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
+    parity_skipped: str = ""  # why the initial parity check compared nothing
+    fallback_reason: str = ""  # the first reason a training step went to the reference
     branched_from: str = ""  # "<checkpoint> at step <n>" when this run is a branch of another
     nothing_to_do: str = ""  # why a resume trained nothing and wrote nothing
 
@@ -156,6 +159,12 @@ def failed_checks(
         )
     # Every training step runs the Triton path once, unless the contract sent it to the reference
     # (norm.fallback=reference, counted); the reference path never runs it.
+    # (a Triton path that never ran for another reason fails the count below)
+    if cfg.norm.impl == "triton" and result.calls["train/fallback"] > 0 and result.calls["train/forward"] == 0:
+        failures.append(
+            f"integration: no training step ran on Triton: {result.calls['train/fallback']} of {result.steps} "
+            f"steps fell back to the reference (first reason: {result.fallback_reason or 'not recorded'})"
+        )
     expected = result.steps - result.calls["train/fallback"] if cfg.norm.impl == "triton" else 0
     for key in ("train/forward", "train/backward"):
         if result.calls[key] != expected:
@@ -276,6 +285,8 @@ def run(cfg: DictConfig) -> RunResult:
     result.log_dir = logger.log_dir
     result.checkpoint = str(final)
     result.calls = dict(module.calls)
+    result.fallback_reason = module.fallback_reason or ""
+    result.parity_skipped = parity.skipped or ""
     result.seconds = time.perf_counter() - start
     if not trainer.is_global_zero:
         return result  # the checks below read and write files: process 0 runs them, in one process

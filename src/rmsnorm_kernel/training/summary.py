@@ -32,7 +32,9 @@ def format_summary(r: RunResult) -> str:
         f"val forward {r.calls.get('val/forward')}, test forward {r.calls.get('test/forward')}; "
         f"training fallbacks to the reference {r.calls.get('train/fallback')} (counts of process 0)",
         (
-            f"  initial parity: output {m['parity/initial_output_err']:.3g}, grad {m['parity/initial_grad_err']:.3g}"
+            f"  initial parity: skipped: {r.parity_skipped}"
+            if r.parity_skipped
+            else f"  initial parity: output {m['parity/initial_output_err']:.3g}, grad {m['parity/initial_grad_err']:.3g}"
             if m.get("parity/initial_output_err") is not None
             else "  initial parity: measured at step 0 by the run this one resumed"
         ),
