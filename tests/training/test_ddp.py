@@ -90,3 +90,50 @@ def test_ddp_checkpoint_is_written_once_and_reloads_in_one_process(runs, impl):
     # one process, where the kernels run: the outputs the DDP run recorded, bit for bit
     now, recorded = rerun_recorded_outputs(final(runs, "ddp", impl))
     assert torch.equal(now, recorded)
+
+
+def mse_in_one_process(ckpt, split):
+    """The exact MSE of a checkpoint's network over every row of a split, computed here in float64."""
+    from rmsnorm_kernel.training.model import NETWORK_KEYS, build_network
+
+    net = build_network(**{k: ckpt["hyper_parameters"][k] for k in NETWORK_KEYS})
+    net.load_state_dict({k.removeprefix("net."): v for k, v in ckpt["state_dict"].items()})
+    x, y = split.tensors
+    with torch.no_grad():
+        return float((net.eval()(x).double() - y.double()).pow(2).sum() / y.numel())
+
+
+# 4 steps of a global batch of 48 rows; evaluation splits that 2 and 3 processes cannot split evenly
+EXACT = ["norm=reference", "trainer.max_steps=4", "trainer.val_check_interval=4", "checkpoint.every_n_steps=4",
+         "data.train_size=480", "data.val_size=50", "data.test_size=67"]
+
+
+@pytest.mark.skipif(GPUS > 0, reason="the 3-process run is on the CPU")
+def test_val_and_test_mse_are_exact_with_1_2_and_3_processes(tmp_path):
+    from rmsnorm_kernel.ops.tolerances import TOLERANCES
+    from rmsnorm_kernel.training.data import make_splits
+
+    tol = TOLERANCES[torch.float32]
+    _, val, test = make_splits(64, 16, (480, 50, 67), 0.05, 1234)  # the data config's input, output, noise, seed
+    logged = {}
+    for n in (1, 2, 3):
+        d = tmp_path / f"p{n}"
+        d.mkdir()
+        batch = [f"data.batch_size={48 // n}"]
+        if n == 1:
+            assert train(d, *EXACT, *batch).ok
+        else:
+            proc = train_process(d, *EXACT, *batch, "trainer.strategy=ddp", f"trainer.devices={n}",
+                                 "trainer.accelerator=cpu", "paths.runs=runs", "paths.checkpoints=checkpoints")
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        final_ckpt = read_checkpoint(checkpoint_of(d, "reference"))
+        (log_dir,) = (d / "runs").glob("*/version_*")
+        s = read_scalars(log_dir)
+        # what this run logged is the exact MSE of its own final weights over every row (validation ran at
+        # the last step, on the final weights): not that of a padded split
+        for tag, split in (("test/mse", test), ("val/mse", val)):
+            value = s[tag][-1][1]
+            assert math.isclose(value, mse_in_one_process(final_ckpt, split), rel_tol=tol.rtol, abs_tol=tol.atol), (n, tag)
+        logged[n] = s["test/mse"][-1][1]
+    assert math.isclose(logged[1], logged[2], rel_tol=tol.rtol, abs_tol=tol.atol)
+    assert math.isclose(logged[1], logged[3], rel_tol=tol.rtol, abs_tol=tol.atol)

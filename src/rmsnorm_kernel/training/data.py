@@ -6,7 +6,7 @@ import hashlib
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
 
 def make_splits(
@@ -126,8 +126,19 @@ class SyntheticRegressionData(L.LightningDataModule):
             rank=trainer.global_rank,
         )
 
+    def shard(self, split: TensorDataset) -> Dataset:
+        """This process's rows of an evaluation split: under data parallelism, each process gets its own
+        contiguous slice, the slices together holding every row exactly once (no padding, unlike a
+        ``DistributedSampler``), so that a sum and a count reduced across processes give the exact mean.
+        The trainer is built with ``use_distributed_sampler=False``, so Lightning adds no sampler."""
+        trainer = self.trainer
+        if trainer is None or trainer.world_size == 1:
+            return split
+        rows = torch.tensor_split(torch.arange(len(split)), trainer.world_size)[trainer.global_rank]
+        return Subset(split, rows.tolist())
+
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val, batch_size=self.batch_size)
+        return DataLoader(self.shard(self.val), batch_size=self.batch_size)
 
     def test_dataloader(self) -> DataLoader:
-        return DataLoader(self.test, batch_size=self.batch_size)
+        return DataLoader(self.shard(self.test), batch_size=self.batch_size)

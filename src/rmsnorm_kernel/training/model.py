@@ -128,10 +128,24 @@ class RMSNormRegressor(L.LightningModule):
                 step=self.global_step,
             )
 
+    def on_validation_epoch_start(self) -> None:
+        self._val_sq_err, self._val_count = 0.0, 0
+
     def validation_step(self, batch, batch_idx):
         x, y = batch
         pred = self._counted("val/forward", self.net, x)
-        self.log("val/mse", F.mse_loss(pred.float(), y), on_step=False, on_epoch=True, prog_bar=True, sync_dist=True)
+        self._val_sq_err += float((pred.float() - y).pow(2).sum())
+        self._val_count += y.numel()
+
+    def on_validation_epoch_end(self) -> None:
+        self.log("val/mse", self._exact_mse(self._val_sq_err, self._val_count), prog_bar=True)
+
+    def _exact_mse(self, sq_err: float, count: int) -> float:
+        """The MSE over every process's rows: the sums of squared errors and the counts, reduced.
+        (Each process holds a disjoint slice of the split: ``SyntheticRegressionData.shard``.)"""
+        totals = torch.tensor([sq_err, float(count)], dtype=torch.float64, device=self.device)
+        sq_err, count = self.trainer.strategy.reduce(totals, reduce_op="sum").tolist()
+        return sq_err / count
 
     def on_test_epoch_start(self) -> None:
         self._test_sq_err, self._test_count = 0.0, 0
@@ -144,10 +158,8 @@ class RMSNormRegressor(L.LightningModule):
         self._test_count += y.numel()
 
     def on_test_epoch_end(self) -> None:
-        totals = torch.tensor([self._test_sq_err, float(self._test_count)], dtype=torch.float64, device=self.device)
-        sq_err, count = self.trainer.strategy.reduce(totals, reduce_op="sum").tolist()  # all processes' shares
-        self.test_mse = sq_err / count
-        self.log("test/mse", self.test_mse, sync_dist=True)  # equal on every process already
+        self.test_mse = self._exact_mse(self._test_sq_err, self._test_count)
+        self.log("test/mse", self.test_mse)  # equal on every process already
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         # Random generators: nothing in this network draws from them during training today, but a resumed

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from torch.utils.data import DataLoader
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
@@ -113,7 +114,7 @@ def reload_max_abs_diff(
     fresh.eval()
     worst = 0.0
     with torch.no_grad():
-        for x, _ in data.test_dataloader():
+        for x, _ in DataLoader(data.test, batch_size=data.batch_size):  # every row, in this one process
             x = x.to(device)
             # .forward, not __call__: the eager network on both sides, also when training ran compiled
             a, b = module.net.forward(x), fresh.net.forward(x)
@@ -260,6 +261,7 @@ def run(cfg: DictConfig) -> RunResult:
         callbacks=[parity, checkpoints, on_signal],
         plugins=[AtomicCheckpointIO()],
         default_root_dir=str(checkpoint_dir),
+        use_distributed_sampler=False,  # evaluation splits are sharded without padding (data.py)
     )
     try:
         with sigint_as_sigterm(on_signal):
