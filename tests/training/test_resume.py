@@ -363,3 +363,21 @@ def test_sigterm_from_outside_exits_143_and_the_printed_command_resumes_bit_iden
     resumed = subprocess.run([sys.executable, *command[1:]], cwd=stopped, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_same_training(whole, stopped, "triton", steps=10)
+
+
+def test_runs_of_another_hidden_size_get_their_own_folder_and_ckpt_path_last_finds_it(tmp_path):
+    assert train(tmp_path, "norm=reference", "model.hidden_dim=128").ok
+    assert train(tmp_path, "norm=reference").ok  # newer, of the default hidden size 257
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["reference_seed0", "reference_seed0_hidden128"]
+    resumed = train(tmp_path, "norm=reference", "model.hidden_dim=128", "trainer.max_steps=5", "ckpt_path=last")
+    assert resumed.ok and resumed.steps == 5
+    assert resumed.checkpoint == str(tmp_path / "checkpoints/reference_seed0_hidden128/version_0/final.ckpt")
+
+
+def test_ckpt_path_last_takes_the_newest_checkpoint_of_this_configuration(tmp_path):
+    # the batch size is not in the run name: both runs share the folder reference_seed0, in two versions
+    assert train(tmp_path, "norm=reference").ok
+    assert train(tmp_path, "norm=reference", "data.batch_size=16").ok  # newer
+    resumed = train(tmp_path, "norm=reference", "trainer.max_steps=5", "ckpt_path=last")
+    assert resumed.ok and resumed.steps == 5
+    assert resumed.checkpoint == str(tmp_path / "checkpoints/reference_seed0/version_0/final.ckpt")

@@ -2,9 +2,11 @@
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 from hydra.core.utils import JobReturn, JobStatus
+from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from rmsnorm_kernel.training.run import RunResult
@@ -129,7 +131,8 @@ def test_a_failed_check_ends_the_multirun_with_one_line(tmp_path, two_runs, caps
         run_callback(tmp_path, [finished(r) for r in two_runs])
     assert exit_.value.code == 1
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "train.py: check failed: triton_seed0: integration: 0 Triton forward calls in 2 training steps on the triton path; expected 2"
+        "train.py: 1 of 2 jobs failed; the first, job 1 (norm=triton): check failed: integration: 0 Triton forward "
+        "calls in 2 training steps on the triton path; expected 2"
     )
     assert len(list((tmp_path / "runs").glob("summary_*.md"))) == 1  # the table is written first
 
@@ -139,8 +142,63 @@ def test_a_crashed_job_is_reported_after_the_others(tmp_path, two_runs, capsys):
     with pytest.raises(SystemExit) as exit_:
         run_callback(tmp_path, [finished(two_runs[0]), crashed])
     assert exit_.value.code == 1
-    assert capsys.readouterr().err.strip().splitlines()[-1] == "train.py: check failed: ['norm=triton']: ValueError: boom"
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines()[-1] == "train.py: 1 of 2 jobs failed; the first, job 1 (norm=triton): ValueError: boom"
+    assert out.splitlines()[-3:-1] == ["job 0 (norm=reference): OK", "job 1 (norm=triton): FAILED: ValueError: boom"]
     (js,) = (tmp_path / "runs").glob("summary_*.json")
     report = json.loads(js.read_text())
     assert [r["run"] for r in report["runs"]] == ["reference_seed0"]
     assert report["crashed"] == ["['norm=triton']: ValueError: boom"]
+    assert [(j["job"], j["ok"], j["reason"]) for j in report["jobs"]] == [(0, True, ""), (1, False, "ValueError: boom")]
+
+
+def test_in_a_multirun_a_refused_job_returns_its_reason_instead_of_exiting(tmp_path, capsys, monkeypatch):
+    from rmsnorm_kernel.training import cli
+    from tests.training.helpers import main
+
+    multirun = SimpleNamespace(initialized=lambda: True, get=lambda: SimpleNamespace(mode=RunMode.MULTIRUN))
+    monkeypatch.setattr(cli, "HydraConfig", multirun)
+    result = main(tmp_path, "data.batch_size=0")  # no SystemExit: Hydra goes on with the next job
+    assert not result.ok and result.stopped == "configuration error: data.batch_size is 0; accepted: an integer >= 1"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "train.py: configuration error: data.batch_size is 0; accepted: an integer >= 1"
+    )
+
+
+@pytest.mark.slow
+def test_a_sweep_runs_every_job_lists_each_and_exits_1_when_one_failed(tmp_path):
+    from rmsnorm_kernel.ops.contract import MAX_N
+    from tests.helpers import train_process
+    from tests.training.helpers import SCHEDULE
+
+    proc = train_process(tmp_path, "-m", *SCHEDULE, f"model.hidden_dim={MAX_N + 1},128")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    refused = (f"training stopped: rmsnorm (triton): x has rows of N = {MAX_N + 1} elements; accepted: N <= {MAX_N} "
+               "(norm.fallback=reference sends such inputs to the reference)")
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"train.py: 1 of 2 jobs failed; the first, job 0 (model.hidden_dim={MAX_N + 1}): {refused}"
+    )
+    assert f"job 0 (model.hidden_dim={MAX_N + 1}): FAILED: {refused}" in proc.stdout
+    assert "job 1 (model.hidden_dim=128): OK" in proc.stdout  # the job after the failed one ran
+    assert "| | triton_seed0_hidden128 |" in proc.stdout
+    assert (tmp_path / "checkpoints/triton_seed0_hidden128/version_0/final.ckpt").exists()
+    (report,) = (tmp_path / "runs").glob("summary_*.json")
+    assert [j["ok"] for j in json.loads(report.read_text())["jobs"]] == [False, True]
+
+
+@pytest.mark.slow
+def test_two_sweeps_started_together_get_their_own_hydra_folders(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.helpers import QUIET, ROOT
+    from tests.training.helpers import SCHEDULE
+
+    cmd = [sys.executable, str(ROOT / "train.py"), "-m", *SCHEDULE, *QUIET, "norm=reference", "trainer.max_steps=1"]
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+    sweeps = list((tmp_path / "outputs/hydra/multirun").iterdir())
+    assert len(sweeps) == 2 and all((s / "multirun.yaml").exists() for s in sweeps)
+    assert len(list((tmp_path / "runs").glob("summary_*.md"))) == 2

@@ -4,8 +4,10 @@ Exit codes: 0 for a run that passed its checks, and for a resume that found noth
 line on standard output says so); 2 for a configuration, checkpoint or output path refused before any
 work; 143 (SIGTERM) or 130 (SIGINT) for a run stopped by that signal, after writing ``last.ckpt``
 (the line names it and the command that resumes it); 1 for a run stopped by a
-non-finite loss or by the Triton contract, or a failed check (at the end of a multirun, for all runs:
-see ``summary.MultirunSummary``). Hydra itself exits 1 for a value of the wrong type or an unknown key.
+non-finite loss or by the Triton contract, or a failed check. In a multirun, a job that fails prints its
+line and returns a ``RunResult`` whose ``stopped`` holds that line (an unexpected exception prints its
+traceback too): the next job runs, and the exit code comes at the end, for all jobs
+(``summary.MultirunSummary``). Hydra itself exits 1 for a value of the wrong type or an unknown key.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 import shlex
 import signal
 import sys
+import traceback
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -21,20 +24,31 @@ from hydra.types import RunMode
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
+from ..ops.backend import backend
 from ..ops.contract import ContractError
 from .callbacks import Interrupted
 from .checkpoints import CheckpointError
 from .config import ConfigError
 from .model import NonFiniteLossError
-from .paths import PathError
+from .paths import PathError, run_name
 from .run import RunResult, run
 from .summary import format_summary
 
 PROG = "train.py"
 
 
+class JobFailed(RuntimeError):
+    """A failed job of a multirun, with its one-line reason (see the module docstring)."""
+
+
+def multirun() -> bool:
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 def fail(message: str, code: int) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr)
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    if multirun():
+        raise JobFailed(message)
     sys.exit(code)
 
 
@@ -58,7 +72,20 @@ def resume_command(checkpoint: Path) -> str:
 
 def main(cfg: DictConfig) -> RunResult:
     """One run; a failed check exits non-zero (at the end of a multirun, after every run)."""
-    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    if not multirun():
+        return run_and_report(cfg)
+    try:
+        return run_and_report(cfg)
+    except JobFailed as e:
+        reason = str(e)
+    except Exception as e:  # a crash: its traceback, then its line, and the next job
+        traceback.print_exc()
+        reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        print(f"{PROG}: {reason}", file=sys.stderr, flush=True)
+    return RunResult(name=run_name(cfg), impl=cfg.norm.impl, seed=cfg.seed, backend=backend(), stopped=reason)
+
+
+def run_and_report(cfg: DictConfig) -> RunResult:
     try:
         result = run(cfg)
     except ConfigError as e:
@@ -80,6 +107,6 @@ def main(cfg: DictConfig) -> RunResult:
         print(f"{PROG}: nothing to do: {result.nothing_to_do}", flush=True)
         return result
     print(format_summary(result), flush=True)
-    if not result.ok and not multirun:
+    if not result.ok and not multirun():
         fail(f"check failed: {result.failures[0]}", 1)
     return result

@@ -9,11 +9,12 @@ Ranges (a negative step count, a zero batch size) are checked by ``validate`` be
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from ..ops.impls import FALLBACKS, IMPLS
 
@@ -81,6 +82,9 @@ class Config:
 
 def register_configs() -> None:
     ConfigStore.instance().store(name="base_config", node=Config)
+    # ${pid:} in conf/config.yaml: Hydra's output folders are unique per invocation
+    if not OmegaConf.has_resolver("pid"):
+        OmegaConf.register_new_resolver("pid", os.getpid, use_cache=True)
 
 
 register_configs()

@@ -15,9 +15,50 @@ def project_path(path: str) -> Path:
     return (base / path).resolve()
 
 
+#: The values that make another network or other data, and the name each takes in a run's name.
+NAME_KEYS = {
+    "model.input_dim": "in",
+    "model.hidden_dim": "hidden",
+    "model.output_dim": "out",
+    "norm.eps": "eps",
+    "norm.fallback": "fallback-",
+    "data.seed": "dataseed",
+    "data.noise": "noise",
+}
+#: The configuration folder of train.py, whose group defaults the names are relative to.
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+
+
+def default_values() -> dict:
+    """The values of ``NAME_KEYS`` in ``conf/`` (the norm group's for each path), read from its YAML files."""
+    from omegaconf import OmegaConf
+
+    values = {}
+    for group in ("model", "data"):
+        node = OmegaConf.load(CONF_DIR / group / "default.yaml")
+        values.update({f"{group}.{k}": v for k, v in node.items()})
+    for impl_file in sorted((CONF_DIR / "norm").glob("*.yaml")):
+        node = OmegaConf.load(impl_file)
+        values[f"norm.{impl_file.stem}"] = {f"norm.{k}": v for k, v in node.items()}
+    return values
+
+
 def run_name(cfg: DictConfig) -> str:
-    """The name of a run's TensorBoard and checkpoint folders: its norm path and seed."""
-    return f"{cfg.norm.impl}_seed{cfg.seed}"
+    """The name of a run's TensorBoard and checkpoint folders: its norm path and seed, then each value of
+    ``NAME_KEYS`` that differs from ``conf/`` (``triton_seed0_hidden128``): two runs of different
+    networks or data never share a folder."""
+    from omegaconf import OmegaConf
+
+    name = f"{cfg.norm.impl}_seed{cfg.seed}"
+    if not CONF_DIR.is_dir():
+        return name
+    defaults = default_values()
+    defaults.update(defaults.get(f"norm.{cfg.norm.impl}", {}))
+    for key, short in NAME_KEYS.items():
+        value = OmegaConf.select(cfg, key)
+        if key in defaults and value != defaults[key]:
+            name += f"_{short}{value}"
+    return name
 
 
 #: The name of the file written into each output folder and removed at once, to prove it writable.

@@ -52,27 +52,43 @@ def furthest_step(folder: Path) -> int:
     return max(steps, default=-1)
 
 
+def checked(path: Path, module: RMSNormRegressor, data: SyntheticRegressionData) -> dict:
+    """The checkpoint at ``path``, if it holds this configuration's network, norm path and data."""
+    ckpt = read_checkpoint(path)
+    check_matches(path, ckpt, dict(module.hparams))
+    data_hp = ckpt.get("datamodule_hyper_parameters")
+    if data_hp is not None:
+        check_matches(path, {"hyper_parameters": data_hp}, dict(data.hparams))
+    return ckpt
+
+
 def resolve_resume(cfg: DictConfig, module: RMSNormRegressor, data: SyntheticRegressionData) -> Resume | None:
     """Finds and checks the checkpoint ``cfg.ckpt_path`` names, before anything is written.
 
-    ``last`` is the newest ``last.ckpt`` of this run (same norm path and seed). The file must load with
+    ``last`` is the newest ``last.ckpt`` of this run (its folder: ``paths.run_name``) that holds this
+    configuration. The file must load with
     ``weights_only=True`` and hold this configuration's network, norm path and data.
     """
     if cfg.ckpt_path is None:
         return None
     run_dir = project_path(cfg.paths.checkpoints) / run_name(cfg)
     if cfg.ckpt_path == "last":
-        candidates = sorted(run_dir.glob("version_*/last.ckpt"), key=lambda p: p.stat().st_mtime)
+        candidates = sorted(run_dir.glob("version_*/last.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
         if not candidates:
             raise CheckpointError(f"ckpt_path=last: {run_dir} holds no last.ckpt to resume from")
-        path = candidates[-1]
+        # the newest of this configuration (a run name leaves out values that only change the training)
+        for path in candidates:
+            try:
+                ckpt = checked(path, module, data)
+                break
+            except CheckpointError:
+                continue
+        else:
+            ckpt = checked(candidates[0], module, data)  # none matches: the newest one says why
+            path = candidates[0]
     else:
         path = project_path(cfg.ckpt_path)
-    ckpt = read_checkpoint(path)
-    check_matches(path, ckpt, dict(module.hparams))
-    data_hp = ckpt.get("datamodule_hyper_parameters")
-    if data_hp is not None:
-        check_matches(path, {"hyper_parameters": data_hp}, dict(data.hparams))
+        ckpt = checked(path, module, data)
     step = int(ckpt["global_step"])
     version = None
     if path.parent.parent == run_dir and re.fullmatch(r"version_\d+", path.parent.name):

@@ -61,10 +61,11 @@ class RunResult:
     fallback_reason: str = ""  # the first reason a training step went to the reference
     branched_from: str = ""  # "<checkpoint> at step <n>" when this run is a branch of another
     nothing_to_do: str = ""  # why a resume trained nothing and wrote nothing
+    stopped: str = ""  # in a multirun, the one-line reason the job stopped before its end (cli.main)
 
     @property
     def ok(self) -> bool:
-        return not self.failures
+        return not self.failures and not self.stopped
 
 
 def state_dict_sha256(module: torch.nn.Module) -> str:

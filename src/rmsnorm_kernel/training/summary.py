@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -92,31 +93,66 @@ def table_row(r: RunResult) -> dict:
 
 
 class MultirunSummary(HydraCallback):
-    """After ``train.py -m``, one table of all runs, printed and written to ``paths.runs``; exits 1 with
-    one line when a run failed a check or crashed."""
+    """After ``train.py -m``: one table of the runs that finished, then one line per job (its overrides,
+    and OK or the one-line reason it failed), printed and written to ``paths.runs``; exits 1 with one line
+    when a job failed (a failed check, a refused configuration, a crash). A failed job does not stop
+    the others (``cli.JobFailed``)."""
 
     def __init__(self) -> None:
         self.results: list[RunResult] = []
         self.crashed: list[str] = []
+        self.jobs: list[dict] = []
 
     def on_job_end(self, config, job_return, **kwargs) -> None:
+        job = {"job": len(self.jobs), "overrides": list(job_return.overrides or [])}
         try:
-            self.results.append(job_return.return_value)
+            r = job_return.return_value
         except Exception as e:  # the job raised: keep going, report it at the end
-            self.crashed.append(f"{job_return.overrides}: {type(e).__name__}: {e}")
+            reason = str(e) if type(e).__name__ == "JobFailed" else f"{type(e).__name__}: {e}"
+            reason = reason.strip().splitlines()[0] if reason.strip() else type(e).__name__
+            self.crashed.append(f"{job_return.overrides}: {reason}")
+            job.update(run=None, ok=False, reason=reason)
+        else:
+            if r.stopped:  # stopped before its end: no logs to read back
+                job.update(run=None, ok=False, reason=r.stopped)
+            else:
+                self.results.append(r)
+                reason = f"check failed: {r.failures[0]}" if r.failures else r.nothing_to_do
+                job.update(run=r.name, ok=r.ok, reason=reason)
+        self.jobs.append(job)
 
     def on_multirun_end(self, config, **kwargs) -> None:
+        # each job is named by the overrides that tell it from the others (all of them for a single job)
+        common = set.intersection(*(set(j["overrides"]) for j in self.jobs)) if len(self.jobs) > 1 else set()
+        for j in self.jobs:
+            j["overrides"] = " ".join(o for o in j["overrides"] if o not in common)
         rows = [table_row(r) for r in self.results]
-        table = summary_table(rows)
-        print("\n" + table, flush=True)
+        names = [row["run"] for row in rows]
+        finished = [j for j in self.jobs if j["run"] is not None]
+        for row, job in zip(rows, finished):
+            if names.count(row["run"]) > 1:  # runs of one name differ in a value the name leaves out
+                row["run"] = f"{row['run']} ({job['overrides']})"
+        table = summary_table(rows) if rows else "(no run finished)"
+        jobs = "\n".join(
+            f"job {j['job']} ({j['overrides']}): {'OK' if j['ok'] else 'FAILED'}{': ' + j['reason'] if j['reason'] else ''}"
+            for j in self.jobs
+        )
+        text = f"{table}\n\n{jobs}"
+        print("\n" + text, flush=True)
         out_dir = project_path(config.paths.runs)
         out_dir.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-        (out_dir / f"summary_{stamp}.md").write_text(table + "\n")
-        report = {"runs": rows, "failures": [asdict(r)["failures"] for r in self.results], "crashed": self.crashed}
+        stamp = f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}"  # two sweeps never share a file
+        (out_dir / f"summary_{stamp}.md").write_text(text + "\n")
+        report = {"runs": rows, "failures": [asdict(r)["failures"] for r in self.results], "crashed": self.crashed,
+                  "jobs": self.jobs}
         (out_dir / f"summary_{stamp}.json").write_text(json.dumps(report, indent=2))
         print(f"summary written to {out_dir / f'summary_{stamp}.md'}", flush=True)
-        failures = [f"{r.name}: {f}" for r in self.results for f in r.failures] + self.crashed
-        if failures:
-            print(f"train.py: check failed: {failures[0]}", file=sys.stderr)
+        failed = [j for j in self.jobs if not j["ok"]]
+        if failed:
+            first = failed[0]
+            print(
+                f"train.py: {len(failed)} of {len(self.jobs)} jobs failed; the first, job {first['job']} "
+                f"({first['overrides']}): {first['reason']}",
+                file=sys.stderr,
+            )
             sys.exit(1)
