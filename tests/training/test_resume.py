@@ -381,3 +381,52 @@ def test_ckpt_path_last_takes_the_newest_checkpoint_of_this_configuration(tmp_pa
     resumed = train(tmp_path, "norm=reference", "trainer.max_steps=5", "ckpt_path=last")
     assert resumed.ok and resumed.steps == 5
     assert resumed.checkpoint == str(tmp_path / "checkpoints/reference_seed0/version_0/final.ckpt")
+
+
+def test_a_resume_of_a_run_another_process_is_writing_exits_2_and_a_stale_lock_blocks_nothing(tmp_path, capsys):
+    import fcntl
+
+    assert train(tmp_path, "norm=reference").ok
+    folder = tmp_path / "checkpoints/reference_seed0/version_0"
+    lock = folder / ".run.lock"
+    assert not lock.exists()  # released and removed when the run ended
+    before = files_under(tmp_path)
+    with open(lock, "w") as held:  # another open file: the lock conflicts as another process's would
+        held.write("4242\n")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(SystemExit) as exit_:
+            main(tmp_path, "norm=reference", "trainer.max_steps=5", "ckpt_path=last")
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"train.py: run in use: {folder} is being written by process 4242 (it holds {lock}); "
+            "a run is resumed by one process at a time"
+        )
+        assert {p: b for p, b in files_under(tmp_path).items() if p != lock} == before
+    assert lock.exists()  # as a killed holder leaves it: a file, but no lock
+    resumed = train(tmp_path, "norm=reference", "trainer.max_steps=5", "ckpt_path=last")
+    assert resumed.ok and resumed.steps == 5 and not lock.exists()
+
+
+HOLD_LOCK = (
+    "import fcntl, sys, time\n"
+    "f = open(sys.argv[1], 'w'); f.write('holder\\n'); f.flush(); fcntl.flock(f, fcntl.LOCK_EX)\n"
+    "print('locked', flush=True); time.sleep(600)\n"
+)
+
+
+@pytest.mark.slow
+def test_a_lock_held_by_a_live_process_refuses_and_dies_with_it(tmp_path):
+    assert train(tmp_path, "norm=reference").ok
+    lock = tmp_path / "checkpoints/reference_seed0/version_0/.run.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    args = [*SCHEDULE, "norm=reference", "trainer.max_steps=5", "ckpt_path=last"]
+    refused = train_process(tmp_path, *args)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith("train.py: run in use: ")
+    holder.send_signal(signal.SIGKILL)  # no clean-up: the operating system releases the lock
+    holder.wait()
+    holder.stdout.close()
+    resumed = train_process(tmp_path, *args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert read_checkpoint(lock.with_name("final.ckpt"))["global_step"] == 5

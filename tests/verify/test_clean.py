@@ -22,6 +22,8 @@ GENERATED_FILES = [
     ".pytest_cache/README.md",
     ".pytest_cache/v/cache/lastfailed",
     "__pycache__/train.cpython-311.pyc",
+    "checkpoints/.write-probe.4242",
+    "checkpoints/reference_seed1/version_2/.run.lock",
     "checkpoints/reference_seed1/version_2/.step00100.ckpt.4242.tmp",
     "checkpoints/reference_seed1/version_2/hpc_ckpt_1.ckpt",
     "checkpoints/reference_seed1/version_2/step00100-v1.ckpt",
@@ -50,6 +52,7 @@ GENERATED_FILES = [
     "outputs/hydra/multirun/2026-01-02_03-04-06/0/.hydra/overrides.yaml",
     "outputs/hydra/multirun/2026-01-02_03-04-06/0/train.log",
     "outputs/hydra/multirun/2026-01-02_03-04-06/multirun.yaml",
+    "runs/.write-probe.4242",
     "runs/summary_2026-01-02_03-04-07.json",
     "runs/summary_2026-01-02_03-04-07.md",
     "runs/triton_seed0/version_0/events.out.tfevents.1796078879.vm.13718.0",
@@ -274,3 +277,14 @@ def test_the_checkpoint_temporary_is_named_as_the_training_names_it(tmp_path, mo
     (temporary,) = renamed
     assert clean.is_generated_file(tmp_path, f"checkpoints/triton_seed0/version_0/{temporary}")
     assert not clean.is_generated_file(tmp_path, f"checkpoints/triton_seed0/{temporary}")  # not in a version folder
+
+
+def test_the_lock_and_probe_files_are_named_as_the_training_names_them(tmp_path):
+    from rmsnorm_kernel.training.checkpoints import LOCK_NAME
+    from rmsnorm_kernel.training.paths import PROBE_PREFIX
+
+    assert clean.is_generated_file(tmp_path, f"checkpoints/triton_seed0/version_0/{LOCK_NAME}")
+    assert not clean.is_generated_file(tmp_path, f"checkpoints/triton_seed0/{LOCK_NAME}")  # not in a version folder
+    for top in ("runs", "checkpoints"):
+        assert clean.is_generated_file(tmp_path, f"{top}/{PROBE_PREFIX}{os.getpid()}")
+    assert not clean.is_generated_file(tmp_path, f"outputs/{PROBE_PREFIX}1")

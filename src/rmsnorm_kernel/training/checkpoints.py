@@ -112,3 +112,63 @@ def check_matches(path: str | os.PathLike, ckpt: dict, expected: dict) -> None:
             raise CheckpointError(
                 f"checkpoint {path} was trained with {what} = {hp[key]!r}; the configuration asks for {want!r}"
             )
+
+
+#: The lock file of a run's checkpoint folder, held by the process that writes the run.
+LOCK_NAME = ".run.lock"
+
+
+class RunInUse(RuntimeError):
+    """Another live process holds the run's lock, with a message naming the folder and that process."""
+
+
+class RunLock:
+    """An exclusive ``fcntl.flock`` on ``<checkpoint folder>/.run.lock``, taken without waiting.
+
+    The operating system releases the lock when the process ends, however it ends: a file left by a
+    killed process holds no lock and blocks nobody. The file records the holder's process id for the
+    message; the holder removes it on release, while still holding the lock.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.path = self.folder / LOCK_NAME
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        import fcntl
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise RunInUse(
+                    f"{self.folder} is being written by process {holder} (it holds {self.path}); "
+                    "a run is resumed by one process at a time"
+                ) from None
+            # The previous holder may have removed the file between our open and our lock: lock the file
+            # that is in place, not an orphan.
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        os.close(self.fd)  # closing releases the lock
+        self.fd = None

@@ -2,7 +2,7 @@
 
 Exit codes: 0 for a run that passed its checks, and for a resume that found nothing to train (one
 line on standard output says so); 2 for a configuration, checkpoint or output path refused before any
-work; 143 (SIGTERM) or 130 (SIGINT) for a run stopped by that signal, after writing ``last.ckpt``
+work, and for a run whose checkpoint folder another live process is writing (its lock); 143 (SIGTERM) or 130 (SIGINT) for a run stopped by that signal, after writing ``last.ckpt``
 (the line names it and the command that resumes it); 1 for a run stopped by a
 non-finite loss or by the Triton contract, or a failed check. In a multirun, a job that fails prints its
 line and returns a ``RunResult`` whose ``stopped`` holds that line (an unexpected exception prints its
@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 from ..ops.backend import backend
 from ..ops.contract import ContractError
 from .callbacks import Interrupted
-from .checkpoints import CheckpointError
+from .checkpoints import CheckpointError, RunInUse
 from .config import ConfigError
 from .model import NonFiniteLossError
 from .paths import PathError, run_name
@@ -94,6 +94,8 @@ def run_and_report(cfg: DictConfig) -> RunResult:
         fail(f"checkpoint error: {e}", 2)
     except PathError as e:
         fail(f"path error: {e}", 2)
+    except RunInUse as e:
+        fail(f"run in use: {e}", 2)
     except NonFiniteLossError as e:
         fail(f"training stopped: {e}", 1)
     except Interrupted as e:

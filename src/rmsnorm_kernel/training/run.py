@@ -34,7 +34,7 @@ from torch.utils.tensorboard.summary import hparams as hparams_summary
 from ..ops.backend import backend
 from ..ops.tolerances import TOLERANCES
 from .callbacks import InitialParity, Interrupted, SaveOnSignal, sigint_as_sigterm
-from .checkpoints import AtomicCheckpointIO, remove_stale_temporaries
+from .checkpoints import AtomicCheckpointIO, RunLock, remove_stale_temporaries
 from .config import validate
 from .data import SyntheticRegressionData
 from .events import run_event_writer
@@ -189,7 +189,8 @@ def run(cfg: DictConfig) -> RunResult:
     """Trains once as configured, runs the checks, and returns what happened (failures included).
 
     Raises ``ConfigError``, ``CheckpointError``, ``PathError`` (all before anything is written),
-    ``NonFiniteLossError``, ``ContractError`` and ``callbacks.Interrupted`` (SIGTERM, SIGINT); ``cli.main`` turns each into one line and an exit code.
+    ``checkpoints.RunInUse`` (another live process writes the run), ``NonFiniteLossError``,
+    ``ContractError`` and ``callbacks.Interrupted`` (SIGTERM, SIGINT); ``cli.main`` turns each into one line and an exit code.
     """
     validate(cfg)
     # The splits are small tensors already in memory; worker processes would only add start-up time.
@@ -227,6 +228,29 @@ def run(cfg: DictConfig) -> RunResult:
         save_dir=str(project_path(cfg.paths.runs)), name=name, version=version, default_hp_metric=False
     )
     checkpoint_dir = project_path(cfg.paths.checkpoints) / name / f"version_{logger.version}"
+    # One process at a time writes a run's checkpoint folder: its lock file (checkpoints.RunLock) is held
+    # until the end, and the operating system releases it when the process dies.
+    lock = RunLock(checkpoint_dir) if rank_zero_only.rank == 0 else None
+    if lock is not None:
+        lock.acquire()
+    try:
+        return train_and_check(cfg, result, module, data, resume, logger, checkpoint_dir, start)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def train_and_check(
+    cfg: DictConfig,
+    result: RunResult,
+    module: RMSNormRegressor,
+    data: SyntheticRegressionData,
+    resume,
+    logger: TensorBoardLogger,
+    checkpoint_dir: Path,
+    start: float,
+) -> RunResult:
+    """The body of ``run`` once its folders are known and locked: training, the end, the checks."""
     # Under data parallelism every process runs this function; process 0 alone writes files (Lightning
     # routes logging and checkpoint writing through it, and these lines follow the same rule).
     if rank_zero_only.rank == 0:

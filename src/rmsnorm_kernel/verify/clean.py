@@ -21,7 +21,10 @@ Generated, relative to the project root (``<name>`` is any run name, ``<k>``, ``
   (``training.summary.MultirunSummary``);
 - ``checkpoints/<name>/version_<k>/``: ``step<n>.ckpt``, ``last.ckpt`` (either with Lightning's
   ``-v<n>`` suffix when the name was taken), ``final.ckpt``, ``hpc_ckpt_<n>.ckpt`` (Lightning's SLURM
-  requeue) and ``.<file>.ckpt.<pid>.tmp`` (``training.checkpoints.atomic_torch_save``);
+  requeue), ``.<file>.ckpt.<pid>.tmp`` (``training.checkpoints.atomic_torch_save``) and ``.run.lock``
+  (``training.checkpoints.RunLock``, left by a killed run);
+- ``runs/.write-probe.<pid>`` and ``checkpoints/.write-probe.<pid>`` (``training.paths.prepare_folder``,
+  left by a run killed between writing and removing it);
 - every file under ``.pytest_cache/`` (pytest's cache folder);
 - ``*.pyc`` directly in a ``__pycache__/`` of the project's Python trees (``PYTHON_TREES``, and the
   root's own ``__pycache__/``).
@@ -74,7 +77,8 @@ _STATIC_PATTERNS = [re.compile(p) for p in (
     rf"{_HYDRA}/multirun\.yaml",
     rf"runs/{_VERSION}/(?:events\.out\.tfevents\.[^/]+|hparams\.yaml)",
     r"runs/summary_[^/]+\.(?:md|json)",
-    rf"checkpoints/{_VERSION}/(?:step\d+(?:-v\d+)?\.ckpt|last(?:-v\d+)?\.ckpt|final\.ckpt|hpc_ckpt_\d+\.ckpt|\.[^/]+\.ckpt\.\d+\.tmp)",
+    rf"checkpoints/{_VERSION}/(?:step\d+(?:-v\d+)?\.ckpt|last(?:-v\d+)?\.ckpt|final\.ckpt|hpc_ckpt_\d+\.ckpt|\.[^/]+\.ckpt\.\d+\.tmp|\.run\.lock)",
+    r"(?:runs|checkpoints)/\.write-probe\.\d+",
     r"\.pytest_cache/.+",
     rf"{_CACHE}/[^/]+\.pyc",
 )]
