@@ -202,3 +202,14 @@ def test_two_sweeps_started_together_get_their_own_hydra_folders(tmp_path):
     sweeps = list((tmp_path / "outputs/hydra/multirun").iterdir())
     assert len(sweeps) == 2 and all((s / "multirun.yaml").exists() for s in sweeps)
     assert len(list((tmp_path / "runs").glob("summary_*.md"))) == 2
+
+
+def test_two_runs_of_one_name_get_columns_named_by_their_overrides(tmp_path, two_runs, capsys):
+    # a value the run name leaves out (the batch size) tells them apart
+    jobs = [JobReturn(overrides=["trainer.max_steps=2", f"data.batch_size={b}"], status=JobStatus.COMPLETED,
+                      _return_value=RunResult(**{**r.__dict__, "name": "triton_seed0"}))
+            for r, b in zip(two_runs, (16, 32))]
+    run_callback(tmp_path, jobs)
+    out = capsys.readouterr().out
+    assert "| | triton_seed0 (data.batch_size=16) | triton_seed0 (data.batch_size=32) |" in out
+    assert "job 0 (data.batch_size=16): OK\njob 1 (data.batch_size=32): OK" in out
