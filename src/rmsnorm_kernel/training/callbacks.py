@@ -79,6 +79,10 @@ class SaveOnSignal(L.Callback):
     every process sees: this callback's ``on_exception`` writes ``last.ckpt`` then, through the
     trainer's (atomic) checkpoint I/O, the same way as the periodic checkpoints. On SLURM, Lightning's
     requeue signal and its handling stay as they are.
+
+    A signal that arrives during a validation pass stops that pass (Lightning checks after each
+    validation batch): its ``val/mse`` is not logged, and the resumed run does not repeat it. The
+    weights, the optimizer state and every ``train/mse`` are those of the uninterrupted run all the same.
     """
 
     def __init__(self, checkpoint_dir: Path) -> None:
