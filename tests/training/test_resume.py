@@ -430,3 +430,25 @@ def test_a_lock_held_by_a_live_process_refuses_and_dies_with_it(tmp_path):
     resumed = train_process(tmp_path, *args)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert read_checkpoint(lock.with_name("final.ckpt"))["global_step"] == 5
+
+
+def test_sigterm_during_a_validation_pass_lets_it_end_and_the_resume_logs_every_value(tmp_path, monkeypatch):
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    common = ["norm=reference", *RESUMABLE, "data.val_size=64"]  # 2 validation batches, at steps 4 and 8
+    assert train(whole, *common).ok
+    validation_step = RMSNormRegressor.validation_step
+
+    def signalled(self, batch, batch_idx):
+        out = validation_step(self, batch, batch_idx)
+        if self.global_step == 4 and batch_idx == 0 and not self.trainer.sanity_checking:
+            os.kill(os.getpid(), signal.SIGTERM)  # after the first of the two batches
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(RMSNormRegressor, "validation_step", signalled)
+        with pytest.raises(SystemExit) as exit_:
+            main(stopped, *common)
+    assert exit_.value.code == 143
+    assert read_checkpoint(checkpoint_of(stopped, "reference", "last.ckpt"))["global_step"] == 4
+    assert main(stopped, *common, "ckpt_path=last").ok
+    assert_same_training(whole, stopped, "reference", steps=10)  # val/mse of steps 4 and 8 included

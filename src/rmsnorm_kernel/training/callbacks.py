@@ -80,9 +80,9 @@ class SaveOnSignal(L.Callback):
     trainer's (atomic) checkpoint I/O, the same way as the periodic checkpoints. On SLURM, Lightning's
     requeue signal and its handling stay as they are.
 
-    A signal that arrives during a validation pass stops that pass (Lightning checks after each
-    validation batch): its ``val/mse`` is not logged, and the resumed run does not repeat it. The
-    weights, the optimizer state and every ``train/mse`` are those of the uninterrupted run all the same.
+    Lightning would stop a validation pass mid-way (it checks after each validation batch), and the
+    resumed run would not repeat it: so during validation SIGTERM is held, and handed to Lightning's
+    handler when the pass ends. The run then stops at once, with that step's ``val/mse`` logged.
     """
 
     def __init__(self, checkpoint_dir: Path) -> None:
@@ -90,8 +90,35 @@ class SaveOnSignal(L.Callback):
         self.signal_name = "SIGTERM"  # sigint_as_sigterm says when it was SIGINT
         self.saved: Path | None = None
         self.step = 0
+        self._handler = None  # the SIGTERM handler held back during validation
+        self._held: int | None = None
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def hold(signum, frame):
+            self._held = signum
+
+        self._held = None
+        self._handler = signal.signal(signal.SIGTERM, hold)
+
+    def _give_back(self) -> None:
+        if self._handler is None:
+            return
+        signal.signal(signal.SIGTERM, self._handler)
+        self._handler = None
+        if self._held is not None:
+            self._held = None
+            os.kill(os.getpid(), signal.SIGTERM)  # now Lightning's handler sees it
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self._give_back()
 
     def on_exception(self, trainer, pl_module, exception) -> None:
+        if self._handler is not None:  # stopped during validation by something else
+            signal.signal(signal.SIGTERM, self._handler)
+            self._handler = None
         if not trainer.received_sigterm:
             return
         path = self.checkpoint_dir / "last.ckpt"

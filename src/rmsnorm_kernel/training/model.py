@@ -138,7 +138,12 @@ class RMSNormRegressor(L.LightningModule):
         self._val_count += y.numel()
 
     def on_validation_epoch_end(self) -> None:
-        self.log("val/mse", self._exact_mse(self._val_sq_err, self._val_count), prog_bar=True)
+        mse = self._exact_mse(self._val_sq_err, self._val_count)
+        self.log("val/mse", mse, prog_bar=True, logger=False)
+        # To the logger at the step of the last training step, given here rather than taken from
+        # Lightning's loop counters: a run resumed after a signal logs at the same steps.
+        if self.logger is not None and not self.trainer.sanity_checking:
+            self.logger.log_metrics({"val/mse": mse}, step=self.global_step - 1)
 
     def _exact_mse(self, sq_err: float, count: int) -> float:
         """The MSE over every process's rows: the sums of squared errors and the counts, reduced.
@@ -159,7 +164,9 @@ class RMSNormRegressor(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self.test_mse = self._exact_mse(self._test_sq_err, self._test_count)
-        self.log("test/mse", self.test_mse)  # equal on every process already
+        self.log("test/mse", self.test_mse, logger=False)  # equal on every process already
+        if self.logger is not None:  # at the last step, whatever Lightning's loop counters say (see above)
+            self.logger.log_metrics({"test/mse": self.test_mse}, step=self.global_step)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         # Random generators: nothing in this network draws from them during training today, but a resumed
