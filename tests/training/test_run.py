@@ -204,3 +204,4 @@ def test_the_two_path_command_on_its_default_schedule_passes_its_checks(tmp_path
     for impl in ("reference", "triton"):
         ckpts = sorted(p.name for p in (tmp_path / "checkpoints" / f"{impl}_seed0").glob("version_*/*.ckpt"))
         assert ckpts == ["final.ckpt", "last.ckpt", "step00050.ckpt", "step00100.ckpt"]
+

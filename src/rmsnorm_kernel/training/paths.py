@@ -106,3 +106,22 @@ def remove_folders(created: list[Path]) -> None:
             p.rmdir()
         except OSError:
             pass
+
+
+def claim_version(runs_dir: Path, checkpoints_dir: Path) -> int:
+    """The next version number free in a run's TensorBoard and checkpoint folders, claimed by creating its
+    checkpoint folder (``mkdir`` fails for all but one creator), so two runs started at once never share
+    a version."""
+
+    def next_version(folder: Path) -> int:
+        numbers = [int(p.name[len("version_"):]) for p in folder.glob("version_*") if p.name[len("version_"):].isdigit()]
+        return max(numbers, default=-1) + 1
+
+    version = max(next_version(runs_dir), next_version(checkpoints_dir))
+    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    while True:
+        try:
+            (checkpoints_dir / f"version_{version}").mkdir()
+            return version
+        except FileExistsError:
+            version += 1

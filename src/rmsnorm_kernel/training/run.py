@@ -39,7 +39,7 @@ from .config import validate
 from .data import SyntheticRegressionData
 from .events import run_event_writer
 from .model import NonFiniteLossError, RMSNormRegressor
-from .paths import prepare_folder, project_path, remove_folders, run_name
+from .paths import claim_version, prepare_folder, project_path, remove_folders, run_name
 from .resume import mark_branch, mark_restart, resolve_resume
 
 
@@ -224,6 +224,8 @@ def run(cfg: DictConfig) -> RunResult:
     # A resumed run continues the run it came from: same TensorBoard folder, same checkpoint folder;
     # a branch (see resume.py) gets the next version folder.
     version = resume.version if resume is not None else None
+    if version is None and rank_zero_only.rank == 0:
+        version = claim_version(project_path(cfg.paths.runs) / name, project_path(cfg.paths.checkpoints) / name)
     logger = TensorBoardLogger(
         save_dir=str(project_path(cfg.paths.runs)), name=name, version=version, default_hp_metric=False
     )
