@@ -50,6 +50,7 @@ class TrainerConfig:
     val_check_interval: int = MISSING
     accelerator: str = MISSING
     devices: Any = MISSING
+    num_nodes: int = MISSING
     strategy: str = MISSING
     precision: str = MISSING
     enable_progress_bar: bool = MISSING
@@ -101,6 +102,7 @@ def validate(cfg: DictConfig) -> None:
     positive = {
         "trainer.max_steps": cfg.trainer.max_steps,
         "trainer.val_check_interval": cfg.trainer.val_check_interval,
+        "trainer.num_nodes": cfg.trainer.num_nodes,
         "data.batch_size": cfg.data.batch_size,
         "data.train_size": cfg.data.train_size,
         "data.val_size": cfg.data.val_size,

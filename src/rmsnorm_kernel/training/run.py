@@ -278,6 +278,7 @@ def train_and_check(
         check_val_every_n_epoch=None,  # val_check_interval counts steps across epochs
         accelerator=cfg.trainer.accelerator,
         devices=cfg.trainer.devices,
+        num_nodes=cfg.trainer.num_nodes,
         strategy=cfg.trainer.strategy,
         precision=cfg.trainer.precision,
         deterministic=cfg.trainer.deterministic,
