@@ -1,4 +1,5 @@
-"""Inputs at the edges: non-finite rows, extreme magnitudes, the opt-in fallback, double backward."""
+"""Inputs at the edges: non-finite rows, extreme magnitudes, the opt-in fallback, double backward.
+(x without rows: tests/ops/test_op.py and test_contract.py.)"""
 
 import logging
 
@@ -99,6 +100,15 @@ def test_fallback_sends_refused_inputs_to_the_reference_counts_them_and_logs_onc
     norm(x)
     assert call_counts()["forward"] == before["forward"] + 1
     assert norm.fallback_count == 2
+
+
+def test_fallback_leaves_an_x_without_rows_on_the_triton_path(device, caplog):
+    """An x without rows is no longer refused, so the fallback has nothing to catch: no count, no warning."""
+    norm = RMSNorm(8, fallback="reference").to(device)
+    with caplog.at_level(logging.WARNING, logger="rmsnorm_kernel"):
+        y = norm(torch.randn(0, 8, device=device))
+    assert y.shape == (0, 8) and norm.fallback_count == 0
+    assert not [r for r in caplog.records if "fallback" in r.getMessage()]
 
 
 def test_fallback_covers_rows_longer_than_the_kernels_take(device):

@@ -166,6 +166,24 @@ def test_broadcast_rows_of_stride_zero(device):
     assert_matches_oracle(x, gamma, dy)
 
 
+@pytest.mark.parametrize("n", [33, 9000], ids=["whole-row", "looped"])
+def test_launchers_return_empty_y_and_dx_and_zero_dgamma_for_x_without_rows_without_launching(n, device):
+    """Nothing to compute, so nothing launched (a zero-size grid is an error in some Triton versions), and
+    the counters the kernels increment stay at 0."""
+    from rmsnorm_kernel.verify.negative import kernel_launches_forbidden
+
+    x = torch.randn(3, 0, n, device=device, dtype=torch.bfloat16)
+    dy = torch.randn(3, 0, n, device=device, dtype=torch.bfloat16)
+    gamma = torch.full((n,), 2.0, device=device)  # float32: the mixed-precision pair
+    calls = torch.zeros(1, dtype=torch.int32, device=device)
+    with kernel_launches_forbidden():
+        y = kernels.rmsnorm_forward(x, gamma, 1e-6, calls)
+        dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, calls)
+    assert (y.shape, y.dtype, dx.shape, dx.dtype) == (x.shape, x.dtype, x.shape, x.dtype)
+    assert dgamma.dtype == torch.float32 and torch.equal(dgamma, torch.zeros(n, device=device))
+    assert int(calls.item()) == 0
+
+
 @pytest.mark.gpu
 def test_tensor_over_2_31_elements(device):
     """64-bit row offsets: the last rows of a (32769, 65536) bfloat16 tensor lie past element 2**31."""

@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from rmsnorm_kernel import RMSNorm
+from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.ops.tolerances import compare
+from tests.ops.helpers import NO_ROWS_DTYPES, assert_empty_y_empty_dx_zero_dgamma, dtype_pair_id
 
 
 def test_weight_starts_at_ones_and_is_learnable():
@@ -37,6 +39,17 @@ def test_both_impls_compute_the_same_output_and_gradients(device):
         outs[impl] = (y.detach(), xi.grad, m.weight.grad)
     for got, want in zip(outs["triton"], outs["reference"]):
         assert compare(got, want).ok
+
+
+@pytest.mark.parametrize("dtypes", NO_ROWS_DTYPES, ids=dtype_pair_id)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_both_impls_give_an_empty_output_and_a_zero_weight_grad_for_an_x_without_rows(impl, dtypes, device):
+    x_dtype, weight_dtype = dtypes
+    m = RMSNorm(33, impl=impl, dtype=weight_dtype).to(device)
+    x = torch.randn(0, 33, device=device).to(x_dtype).requires_grad_()
+    y = m(x)
+    y.sum().backward()
+    assert_empty_y_empty_dx_zero_dgamma(y, x, m.weight)
 
 
 def test_unknown_impl_is_refused_with_the_accepted_values():

@@ -1,4 +1,5 @@
-"""The custom op: opcheck, torch.compile without graph breaks, call counters, autograd registration."""
+"""The custom op: opcheck, torch.compile without graph breaks, call counters, autograd registration, and
+x without rows (an empty y and a zero dgamma, no kernel launched)."""
 
 import pytest
 import torch
@@ -7,8 +8,11 @@ from torch import nn
 import rmsnorm_kernel
 from rmsnorm_kernel import RMSNorm, call_counts, reset_call_counts, rmsnorm, rmsnorm_reference
 from rmsnorm_kernel.ops import kernels
+from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.ops.tolerances import compare
 from rmsnorm_kernel.verify.inputs import make_inputs
+from rmsnorm_kernel.verify.negative import kernel_launches_forbidden
+from tests.ops.helpers import NO_ROWS, NO_ROWS_DTYPES, assert_empty_y_empty_dx_zero_dgamma, dtype_pair_id, leaves_without_rows
 
 
 @pytest.mark.parametrize(
@@ -134,3 +138,81 @@ def test_gradient_flows_to_x_only_or_gamma_only(device):
 
 def test_backend_is_reported(device):
     assert rmsnorm_kernel.backend() == ("cuda" if device == "cuda" else "interpreter")
+
+
+# --------------------------------------------------------------------------------------------------
+# x without rows (an empty expert of a mixture of experts): an empty y, an empty dx, dgamma zeros
+
+
+PATHS = {"triton": rmsnorm, "reference": rmsnorm_reference}
+
+
+@pytest.mark.parametrize("dtypes", NO_ROWS_DTYPES, ids=dtype_pair_id)
+@pytest.mark.parametrize("shape", NO_ROWS, ids=str)
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_x_without_rows_gives_an_empty_y_an_empty_dx_and_a_zero_dgamma(path, shape, dtypes, device):
+    x, gamma = leaves_without_rows(shape, *dtypes, device)
+    y = PATHS[path](x, gamma)
+    y.sum().backward()
+    assert_empty_y_empty_dx_zero_dgamma(y, x, gamma)
+
+
+def test_x_without_rows_launches_no_kernel_and_is_not_counted(device):
+    """Eager with and without autograd, and the two custom ops called directly: every Triton kernel is a
+    tripwire, and the counters do not move (call_counts counts the calls that computed something)."""
+    x, gamma = leaves_without_rows((2, 0, 33), torch.float32, torch.float32, device)
+    dy = torch.randn(2, 0, 33, device=device)
+    before = call_counts()
+    with kernel_launches_forbidden():
+        y = rmsnorm(x, gamma)
+        y.backward(dy)
+        with torch.no_grad():
+            y_no_grad = rmsnorm(x, gamma)
+        y_op = torch.ops.rmsnorm_kernel.rmsnorm(x.detach(), gamma.detach(), 1e-6)
+        dx_op, dgamma_op = torch.ops.rmsnorm_kernel.rmsnorm_backward(dy, x.detach(), gamma.detach(), 1e-6)
+    assert call_counts() == before
+    assert_empty_y_empty_dx_zero_dgamma(y, x, gamma)
+    assert y_no_grad.shape == y_op.shape == dx_op.shape == x.shape
+    assert torch.equal(dgamma_op, torch.zeros_like(gamma))
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "rmsnorm_backward"])
+def test_opcheck_passes_on_an_x_without_rows(op, device):
+    x, gamma = leaves_without_rows((2, 0, 33), torch.bfloat16, torch.float32, device)  # mixed precision
+    if op == "rmsnorm":
+        torch.library.opcheck(torch.ops.rmsnorm_kernel.rmsnorm.default, (x, gamma, 1e-6))
+    else:
+        dy = torch.randn(2, 0, 33, device=device, dtype=torch.bfloat16)
+        torch.library.opcheck(torch.ops.rmsnorm_kernel.rmsnorm_backward.default, (dy, x.detach(), gamma.detach(), 1e-6))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_torch_compile_fullgraph_of_an_x_without_rows_gives_an_empty_y_and_a_zero_dgamma(impl, device, monkeypatch):
+    """RMSNorm under torch.compile(fullgraph=True), bfloat16 x of shape (2, 0, N) into a float32 weight (mixed
+    precision). The Triton path's compiled graph reaches the launchers through the custom ops (seen by a
+    spy), and they launch nothing (tripwires) and count nothing."""
+    reached = []
+
+    def spy(name):
+        real = getattr(kernels, name)
+
+        def launcher(*args, **kwargs):
+            reached.append(name)
+            return real(*args, **kwargs)
+
+        return launcher
+
+    for name in ("rmsnorm_forward", "rmsnorm_backward"):
+        monkeypatch.setattr(kernels, name, spy(name))
+    torch.compiler.reset()
+    norm = RMSNorm(33, impl=impl).to(device)
+    with torch.no_grad():
+        norm.weight.copy_(torch.linspace(0.5, 1.5, 33))
+    x = torch.randn(2, 0, 33, device=device, dtype=torch.bfloat16, requires_grad=True)
+    before = call_counts()
+    with kernel_launches_forbidden():
+        y = torch.compile(norm, fullgraph=True)(x)
+        y.sum().backward()
+    assert_empty_y_empty_dx_zero_dgamma(y, x, norm.weight)
+    assert reached == (["rmsnorm_forward", "rmsnorm_backward"] if impl == "triton" else [])
+    assert call_counts() == before

@@ -70,3 +70,14 @@ def test_oracle_gives_hand_worked_y_dx_dgamma_in_the_inputs_dtypes():
     torch.testing.assert_close(dgamma, torch.tensor([0.848528, 2.262742]), atol=1e-6, rtol=0)
     _, _, dgamma_mixed = oracle(x.half(), gamma, dy.half())
     assert dgamma_mixed.dtype == torch.float32  # gamma's dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+def test_manual_backward_and_oracle_of_an_x_without_rows_give_empty_dx_and_zero_dgamma(dtype):
+    x = torch.randn(2, 0, 5, dtype=dtype)
+    gamma = torch.linspace(0.5, 1.5, 5, dtype=dtype)
+    dx, dgamma = manual_backward(x, gamma, x)
+    assert dx.shape == x.shape and torch.equal(dgamma, torch.zeros(5, dtype=dtype))
+    y, dx, dgamma = oracle(x, gamma, x)
+    assert y.shape == dx.shape == x.shape and (y.dtype, dgamma.dtype) == (dtype, dtype)
+    assert torch.equal(dgamma, torch.zeros(5, dtype=dtype))

@@ -54,6 +54,15 @@ def test_an_accepted_input_listed_as_a_violation_fails_the_negative_check(device
     assert not case.ok and "not refused before a launch" in case.outcome
 
 
+def test_an_x_without_rows_is_no_violation_but_rows_of_zero_elements_are(device):
+    """Listed as a violation, an x without rows fails the negative check: it is accepted, with no launch."""
+    no_rows = Violation("x_without_rows", lambda d: (torch.randn(0, 8, device=d), torch.ones(8, device=d), 1e-6), r"anything")
+    results, _ = negative.negative_checks(violations=[no_rows], mutant_shapes=ONE_SHAPE, device=device)
+    (case,) = [r for r in results if r.name == "x_without_rows"]
+    assert not case.ok and case.outcome == "accepted (no error raised)"
+    assert "x_rows_of_zero_elements" in [v.name for v in negative.CONTRACT_VIOLATIONS]
+
+
 def test_a_refusal_with_the_wrong_message_fails(device):
     wrong = Violation("eps_zero", lambda d: (torch.randn(2, 8, device=d), torch.ones(8, device=d), 0.0), r"gamma has dtype")
     results, _ = negative.negative_checks(violations=[wrong], mutant_shapes=ONE_SHAPE, device=device)

@@ -2,6 +2,11 @@
 
 Every rejection is a ``ContractError`` whose message names the argument, what it received and what is
 accepted. Nothing here falls back to the reference: a caller who wants the reference asks for it.
+
+An x with no rows (a zero anywhere in its leading dimensions, as an empty expert of a mixture of experts
+gives) is accepted, as ``F.rms_norm`` accepts it: it passes the same checks as any x, except the row
+layout (it has no element to address, and PyTorch calls every empty tensor contiguous). Rows of zero
+elements (N = 0) are refused: there is no mean over no elements.
 """
 
 from __future__ import annotations
@@ -40,7 +45,9 @@ def check_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> None:
     """Validate the arguments of ``rmsnorm(x, gamma, eps)``; raise ``ContractError`` on the first problem.
 
     Runs on every call, so the common case takes the fewest attribute reads; the order of the checks
-    (and so which problem is reported first) is the documented one.
+    (and so which problem is reported first) is the documented one: x and gamma are tensors; their
+    dtypes, then the pair; their devices; gamma contiguous; x not 0-d; N >= 1; gamma of shape (N,); the
+    row layout of x (skipped for an x with no rows); eps; N <= MAX_N.
     """
     for name, t in (("x", x), ("gamma", gamma)):
         if not isinstance(t, torch.Tensor):
@@ -66,11 +73,13 @@ def check_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> None:
     if not shape:
         _fail("x", "is a 0-d tensor", "a tensor of shape (..., N)")
     n = shape[-1]
+    if n == 0:
+        _fail("x", f"has rows of N = 0 elements (shape {tuple(shape)})",
+              f"1 <= N <= {MAX_N} (x may have zero rows, but not rows of zero elements)")
     if gamma.shape != (n,):
         _fail("gamma", f"has shape {tuple(gamma.shape)}", f"shape ({n},), the last dimension of x")
-    if x.numel() == 0:
-        _fail("x", f"is empty (shape {tuple(shape)})", "at least one element")
-    _check_row_layout(x, n)
+    if x.numel():  # an x with no rows reads nothing: any layout will do
+        _check_row_layout(x, n)
     if type(eps) is not float or not 0.0 < eps < math.inf:  # the fast test first: a positive finite float
         if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
             _fail("eps", f"is {eps!r}", "a finite number > 0")

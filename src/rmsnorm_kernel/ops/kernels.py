@@ -32,7 +32,9 @@ Rows are addressed through their row stride (the last dimension must be contiguo
 Each call counts itself on the device: program 0 of the forward kernel and of the first backward kernel
 adds 1 to a counter (``op.call_counts``), so a call replayed from a CUDA graph is counted like any other.
 
-The launchers assume arguments that passed ``contract.check_forward``.
+The launchers assume arguments that passed ``contract.check_forward``. An x with no rows launches no
+kernel (a grid of zero programs is an error in some Triton versions, and there is nothing to compute):
+y and dx come back empty, dgamma as zeros (a sum over no rows), and the call is not counted.
 """
 
 from __future__ import annotations
@@ -253,7 +255,10 @@ def _empty_like_contiguous(x: torch.Tensor) -> torch.Tensor:
 
 def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, calls: torch.Tensor, p: Plan | None = None) -> torch.Tensor:
     """y = rmsnorm(x) * gamma in x's dtype, contiguous, for x of shape (..., N) with rows at one stride.
-    ``calls``: a one-element int32 counter on x's device that the kernel increments."""
+    ``calls``: a one-element int32 counter on x's device that the kernel increments (not for an x
+    with no rows: nothing is launched)."""
+    if x.numel() == 0:
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
     n = x.shape[-1]
     x2 = as_rows(x, n)
     rows = x2.shape[0]
@@ -274,7 +279,10 @@ def rmsnorm_backward(
     dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: float, calls: torch.Tensor, p: Plan | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dx in x's dtype, dgamma in gamma's dtype) for dy and x of the same shape (..., N).
-    ``calls``: a one-element int32 counter on x's device that the first kernel increments."""
+    ``calls``: a one-element int32 counter on x's device that the first kernel increments (not for an
+    x with no rows: nothing is launched, and dgamma, a sum over no rows, is zeros)."""
+    if x.numel() == 0:
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.zeros_like(gamma)
     n = x.shape[-1]
     x2 = as_rows(x, n)
     dy2 = as_rows(dy, n)  # autograd may hand over any layout, e.g. a broadcast (stride-0) gradient

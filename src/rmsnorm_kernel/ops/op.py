@@ -39,7 +39,11 @@ def _counters(device: torch.device) -> tuple[Tensor, Tensor]:
 def call_counts() -> dict[str, int]:
     """How many times the Triton forward and backward ran since import or ``reset_call_counts()``,
     summed over devices: ``{"forward": ..., "backward": ...}``. Counted by the kernels on the device, so
-    a call replayed from a CUDA graph counts once per replay. Reading waits for the GPU."""
+    a call replayed from a CUDA graph counts once per replay. Reading waits for the GPU.
+
+    A call whose x has no rows (shape (0, N), (2, 0, N), ...) launches no kernel and so is not counted:
+    it returns an empty y, and its backward an empty dx and a dgamma of zeros, without running anything.
+    The counts are those of the calls that computed something."""
     forward = sum(int(f.item()) for f, _ in _COUNTERS.values())
     backward = sum(int(b.item()) for _, b in _COUNTERS.values())
     return {"forward": forward, "backward": backward}
@@ -116,7 +120,8 @@ class _RMSNormFunction(torch.autograd.Function):
     def forward(ctx, x: Tensor, gamma: Tensor, eps: float) -> Tensor:
         ctx.save_for_backward(x, gamma)
         ctx.eps = eps
-        ctx.plan = plan_for(kernels.as_rows(x, x.shape[-1]), gamma)  # made once, for both directions
+        # Made once, for both directions; none for an x with no rows, which launches nothing.
+        ctx.plan = plan_for(kernels.as_rows(x, x.shape[-1]), gamma) if x.numel() else None
         return _forward(x, gamma, eps, ctx.plan)
 
     @staticmethod
@@ -141,6 +146,11 @@ def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS) -> Tensor:
     kernel runs. Under ``torch.compile`` it calls the custom op ``torch.ops.rmsnorm_kernel.rmsnorm``
     (one opaque node, no graph break), which checks again for its direct callers; checking here first
     also catches arguments the dispatcher would convert or refuse in its own words (``eps=True``).
+
+    An x with no rows (shape (0, N), (2, 0, N), ...) gives an empty y of x's shape and dtype and, in
+    backward, an empty dx and a dgamma of zeros, as ``F.rms_norm`` and the reference do, eager and
+    compiled, without launching a kernel (and so without counting the call, see ``call_counts``).
+    Rows of zero elements (N = 0) are refused.
     """
     check_forward(x, gamma, eps)
     if torch.compiler.is_compiling() or type(x) is not Tensor or type(gamma) not in _PLAIN:

@@ -2,7 +2,8 @@
 
 - Every contract violation of ``CONTRACT_VIOLATIONS`` is refused with a ``ContractError`` whose message
   names the argument, what it received and what is accepted, before any kernel launches, leaving x as
-  it was and the op's call counters where they were.
+  it was and the op's call counters where they were. (An x with no rows is not a violation: it gives
+  an empty y without a launch. Rows of zero elements, N = 0, are one.)
 - A control: a valid input under the same tripwire does reach a kernel, so "no launch" above means
   refused in time, not a tripwire that sees nothing.
 - The BLOCK_N-denominator mutants of ``mutants.py`` are caught by the forward and dx campaigns.
@@ -59,9 +60,9 @@ CONTRACT_VIOLATIONS: tuple[Violation, ...] = (
     Violation("x_batch_transposed", lambda d: (torch.randn(3, 4, 8, device=d).transpose(0, 1), torch.ones(8, device=d), 1e-6), r"x has rows that no single row stride reaches"),
     Violation("gamma_not_contiguous", lambda d: (torch.randn(4, 6, device=d), torch.ones(12, device=d)[::2], 1e-6), r"gamma is not contiguous.*; accepted: a contiguous tensor"),
     Violation("x_0d", lambda d: (torch.tensor(1.0, device=d), torch.ones(1, device=d), 1e-6), r"x is a 0-d tensor; accepted:"),
+    Violation("x_rows_of_zero_elements", lambda d: (torch.randn(4, 0, device=d), torch.ones(0, device=d), 1e-6), rf"x has rows of N = 0 elements \(shape \(4, 0\)\); accepted: 1 <= N <= {MAX_N}"),
     Violation("gamma_wrong_length", lambda d: (torch.randn(4, 6, device=d), torch.ones(7, device=d), 1e-6), r"gamma has shape \(7,\); accepted: shape \(6,\)"),
     Violation("gamma_2d", lambda d: (torch.randn(4, 6, device=d), torch.ones(1, 6, device=d), 1e-6), r"gamma has shape \(1, 6\); accepted:"),
-    Violation("x_empty", lambda d: (torch.randn(0, 6, device=d), torch.ones(6, device=d), 1e-6), r"x is empty \(shape \(0, 6\)\); accepted: at least one element"),
     Violation("eps_zero", lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), 0.0), r"eps is 0\.0; accepted: a finite number > 0"),
     Violation("eps_negative", lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), -1e-6), r"eps is -1e-06; accepted:"),
     Violation("eps_nan", lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), float("nan")), r"eps is nan; accepted:"),
