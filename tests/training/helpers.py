@@ -1,7 +1,8 @@
 """What the training tests share: tiny in-process runs, reading their files back, comparing checkpoints.
 
-A tiny run trains 4 steps on 128 examples and validates and tests on 32, so that a run of the Triton
-path through Triton's interpreter takes about a second. Its files go under the folder it is given.
+A tiny run trains 4 steps on 128 examples and validates and tests on 32, with validation, the parity
+check and the step timer's window every 2 steps, so that a run of the Triton path through Triton's
+interpreter takes about a second. Its files go under the folder it is given.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from tests.helpers import DEVICE, QUIET, compose_cfg
 SCHEDULE = [
     "trainer.max_steps=4",
     "trainer.val_check_interval=2",
+    "parity.every_n_steps=2",
+    "trainer.log_every_n_steps=2",
     "checkpoint.every_n_steps=2",
     "data.train_size=128",
     "data.val_size=32",

@@ -1,4 +1,5 @@
-"""InitialParity: both RMSNorm paths from the module's initial weights, on the first training batch."""
+"""The run's callbacks in this process: Parity (both RMSNorm paths from the module's current weights, at
+step 0 and every K steps), ValidateAtLastStep and StepTimer, driven by a stand-in trainer."""
 
 from types import SimpleNamespace
 
@@ -7,7 +8,8 @@ import torch
 
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.tolerances import TOLERANCES
-from rmsnorm_kernel.training.callbacks import InitialParity
+from rmsnorm_kernel.training import callbacks
+from rmsnorm_kernel.training.callbacks import Parity, ParityError, StepTimer, ValidateAtLastStep
 from rmsnorm_kernel.training.model import RMSNormRegressor
 from tests.helpers import DEVICE
 
@@ -22,6 +24,21 @@ class Logger:
         self.logged.append((step, metrics))
 
 
+class Strategy:
+    """One process: reduce returns its input, unless told what the other processes' worst value was."""
+
+    def __init__(self, others=None):
+        self.others = others
+
+    def reduce(self, t, reduce_op):
+        assert reduce_op == "max"
+        return t if self.others is None else torch.maximum(t, torch.tensor(self.others, device=t.device))
+
+
+def trainer_at(step, others=None, logger=True):
+    return SimpleNamespace(global_step=step, logger=Logger() if logger else None, strategy=Strategy(others))
+
+
 def module_and_batch(hidden_dim=257):
     torch.manual_seed(0)
     module = RMSNormRegressor(input_dim=16, hidden_dim=hidden_dim, output_dim=4, norm_impl="triton", eps=1e-6, lr=1e-3)
@@ -29,43 +46,100 @@ def module_and_batch(hidden_dim=257):
     return module.to(DEVICE), (x.to(DEVICE), y.to(DEVICE))
 
 
-def measure(step=0, parity=None):
-    parity = parity or InitialParity()
+def measure(step=0, parity=None, others=None):
+    parity = parity if parity is not None else Parity(every_n_steps=25)
     module, batch = module_and_batch()
-    trainer = SimpleNamespace(global_step=step, logger=Logger())
+    trainer = trainer_at(step, others)
     parity.on_train_batch_start(trainer, module, batch, 0)
     return parity, trainer.logger.logged, module, batch
 
 
-def test_the_paths_agree_at_step_0_and_the_errors_are_logged_there():
+def test_the_paths_agree_at_step_0_and_the_errors_and_parity_calls_are_logged_there():
     parity, logged, module, (x, _) = measure()
-    assert parity.ok and parity.dtype == torch.float32
+    assert parity.ok and parity.dtype == torch.float32 and parity.checked_steps == [0]
     tol = TOLERANCES[torch.float32]
     with torch.no_grad():
         scale = float(module.net(x).abs().max())
     assert 0.0 <= parity.output_err <= tol.atol + tol.rtol * scale
     assert 0.0 <= parity.grad_err < 1.0  # each gradient also passed compare(); this only bounds the report
-    assert logged == [(0, {"parity/initial_output_err": parity.output_err, "parity/initial_grad_err": parity.grad_err})]
+    [(step, metrics)] = logged
+    assert step == 0
+    assert metrics["parity/initial_output_err"] == metrics["parity/output_err"] == parity.output_err
+    assert metrics["parity/initial_grad_err"] == metrics["parity/grad_err"] == parity.grad_err
+    assert 0.0 <= metrics["parity/worst_over_tol"] <= 1.0
+    # one Triton forward and one backward (the Triton copy of the network), counted apart from training
+    assert (metrics["calls/parity_forward"], metrics["calls/parity_backward"]) == (1.0, 1.0)
+    assert (module.calls["parity/forward"], module.calls["parity/backward"]) == (1, 1)
+    assert module.calls["train/forward"] == module.calls["train/backward"] == 0
 
 
-def test_a_wrong_kernel_fails_initial_parity(monkeypatch):
+def test_a_wrong_kernel_fails_initial_parity_without_stopping_the_run(monkeypatch):
     monkeypatch.setattr(kernels, "rmsnorm_forward", block_mean_forward)
-    parity, _, _, _ = measure()
+    parity, logged, _, _ = measure()
     assert not parity.ok
     assert parity.output_err > 0.1  # the means are about half what they should be
+    assert logged[0][1]["parity/worst_over_tol"] > 1.0
 
 
-def test_a_resumed_run_measures_nothing():
-    parity, logged, _, _ = measure(step=5)
-    assert (parity.output_err, parity.grad_err, parity.ok, logged) == (None, None, True, [])
-
-
-def test_it_measures_once(monkeypatch):
-    parity, _, _, _ = measure()
-    first = parity.output_err
+def test_a_wrong_kernel_along_the_run_stops_it_naming_the_step(monkeypatch):
     monkeypatch.setattr(kernels, "rmsnorm_forward", block_mean_forward)
-    _, logged, _, _ = measure(parity=parity)  # step 0 again, as after a restart of the epoch loop
-    assert parity.ok and parity.output_err == first and logged == []
+    module, batch = module_and_batch()
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    trainer = trainer_at(50)
+    with pytest.raises(ParityError, match=r"^parity at step 50: the triton and reference paths differ by .* times the "
+                       r"float32 tolerance \(atol 1e-05, rtol 0.0001\), before that step changed any weight$"):
+        Parity(every_n_steps=25).on_train_batch_start(trainer, module, batch, 0)
+    assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
+    assert trainer.logger.logged[0][0] == 50  # the curve has the bad point before the run stops
+
+
+def test_the_verdict_is_the_worst_over_every_process():
+    # this process agrees; another one reported 3 times the tolerance: every process stops
+    with pytest.raises(ParityError, match="^parity at step 25: .* 3 times the float32 tolerance"):
+        measure(step=25, others=3.0)
+    parity, _, _, _ = measure(step=25, others=0.5)
+    assert parity.worst_over_tol == 0.5
+
+
+@pytest.mark.parametrize(
+    ("every", "steps", "checked"),
+    [
+        (25, [0, 1, 10, 25, 26, 50], [0, 25, 50]),
+        (0, [0, 1, 25, 50], [0]),  # 0: the initial check alone
+        (25, [5, 24, 25, 75], [25, 75]),  # a run resumed at step 5: no initial check, the periodic ones
+        (3, [0, 0, 3, 3], [0, 3]),  # a step started twice (a restarted epoch loop) is checked once
+    ],
+)
+def test_it_checks_at_step_0_and_every_k_steps(every, steps, checked, monkeypatch):
+    seen = []
+    monkeypatch.setattr(Parity, "_both_paths", staticmethod(lambda m, x, y: seen.append(None) or _agreeing(m, x, y)))
+    parity = Parity(every_n_steps=every)
+    module, batch = module_and_batch()
+    for step in steps:
+        parity.on_train_batch_start(trainer_at(step, logger=False), module, batch, 0)
+    assert parity.checked_steps == checked and len(seen) == len(checked)
+
+
+def _agreeing(module, x, y):
+    with torch.no_grad():
+        out = module.net(x)
+    grads = tuple(torch.zeros_like(p) for p in module.parameters())
+    return {"triton": out, "reference": out}, {"triton": grads, "reference": grads}
+
+
+def test_a_refused_shape_is_skipped_with_the_contract_reason_and_not_checked_again(monkeypatch):
+    from rmsnorm_kernel.ops.contract import ContractError
+
+    def refuse(module, x, y):
+        raise ContractError("rmsnorm (triton): x has rows of N = 70000 elements; accepted: N <= 65536")
+
+    monkeypatch.setattr(Parity, "_both_paths", staticmethod(refuse))
+    parity = Parity(every_n_steps=1)
+    module, batch = module_and_batch()
+    for step in (0, 1, 2):
+        parity.on_train_batch_start(trainer_at(step, logger=False), module, batch, 0)
+    assert parity.skipped == "the Triton contract refuses this shape (rmsnorm (triton): x has rows of N = 70000 elements; accepted: N <= 65536)"
+    assert parity.checked_steps == [0] and parity.ok
 
 
 @pytest.mark.parametrize("norm_impl", ["reference", "triton"])
@@ -73,7 +147,29 @@ def test_the_module_keeps_its_own_path_and_weights(norm_impl):
     module, batch = module_and_batch()
     module.net.norm.impl = norm_impl
     before = {k: v.clone() for k, v in module.state_dict().items()}
-    InitialParity().on_train_batch_start(SimpleNamespace(global_step=0, logger=None), module, batch, 0)
+    Parity(every_n_steps=1).on_train_batch_start(trainer_at(1, logger=False), module, batch, 0)
     assert module.net.norm.impl == norm_impl
     assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
     assert all(p.grad is None for p in module.parameters())
+
+
+@pytest.mark.parametrize(("global_step", "stops"), [(3, False), (4, True)])
+def test_the_last_step_asks_lightning_to_stop_and_so_to_validate(global_step, stops):
+    trainer = SimpleNamespace(global_step=global_step, max_steps=4, should_stop=False)
+    ValidateAtLastStep().on_train_batch_end(trainer, None, None, None, 0)
+    assert trainer.should_stop is stops
+
+
+def test_the_step_timer_logs_each_windows_median_and_the_last_partial_window(monkeypatch):
+    clock = iter([0.0, 0.001, 1.0, 1.003, 2.0, 2.002, 3.0, 3.010, 4.0, 4.004])  # steps of 1, 3, 2, 10, 4 ms
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: next(clock))
+    timer, logger = StepTimer(), Logger()
+    module = SimpleNamespace(device=torch.device("cpu"))
+    for step in range(5):
+        timer.on_train_batch_start(None, module, None, step)
+        trainer = SimpleNamespace(global_step=step + 1, max_steps=5, log_every_n_steps=2, logger=logger)
+        timer.on_train_batch_end(trainer, module, None, None, step)
+    # windows of 2 steps: (1, 3) -> 2, (2, 10) -> 6, then the run's last step alone -> 4; at the steps
+    # train/mse uses (0-based: the window's last step)
+    assert [(s, round(m["time/step_ms"], 6)) for s, m in logger.logged] == [(1, 2.0), (3, 6.0), (4, 4.0)]
+    assert [round(m, 6) for m in timer.medians] == [2.0, 6.0, 4.0]

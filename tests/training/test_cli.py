@@ -32,7 +32,7 @@ def test_a_run_that_passes_prints_its_summary(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert result.ok
     lines = out.splitlines()
-    assert lines[-8] == "run reference_seed0: OK"
+    assert lines[-9] == "run reference_seed0: OK"
     assert lines[-1] == f"  checkpoint: {tmp_path}/checkpoints/reference_seed0/version_0/final.ckpt"
     assert "train.py:" not in err
 
@@ -47,6 +47,28 @@ def test_a_run_that_passes_prints_its_summary(tmp_path, capsys):
 def test_a_bad_value_exits_2_before_any_work(tmp_path, capsys, override, message):
     assert exits(tmp_path, capsys, override) == (2, f"train.py: configuration error: {message}")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_kernel_that_drifts_mid_run_stops_it_at_the_parity_step_with_one_line(tmp_path, capsys, monkeypatch):
+    # correct for the first three backward calls (parity at step 0, training steps 0 and 1), then the
+    # forward divides by BLOCK: the parity check at step 2 (every 2 steps on the tiny schedule) catches it
+    backward, forward, done = kernels.rmsnorm_backward, kernels.rmsnorm_forward, []
+
+    def counted_backward(*args):
+        done.append(None)
+        return backward(*args)
+
+    def drifting_forward(*args):
+        return (forward if len(done) < 3 else block_mean_forward)(*args)
+
+    monkeypatch.setattr(kernels, "rmsnorm_backward", counted_backward)
+    monkeypatch.setattr(kernels, "rmsnorm_forward", drifting_forward)
+    code, line = exits(tmp_path, capsys, "norm=triton")
+    assert code == 1
+    assert line.startswith("train.py: training stopped: parity at step 2: the triton and reference paths differ by ")
+    assert " times the float32 tolerance (atol 1e-05, rtol 0.0001), before that step changed any weight; " in line
+    kept = Path(line.split("the last good checkpoint is ")[1])
+    assert read_checkpoint(kept)["global_step"] == 2  # the state before the step the check stopped
 
 
 def test_a_non_finite_loss_exits_1_naming_the_step_and_the_last_good_checkpoint(tmp_path, capsys):

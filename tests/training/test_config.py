@@ -20,6 +20,22 @@ def test_defaults_are_the_documented_schedule_on_the_triton_path():
     validate(cfg)
 
 
+def test_parity_timing_and_nodes_defaults():
+    cfg = compose_cfg()
+    assert (cfg.parity.every_n_steps, cfg.trainer.log_every_n_steps, cfg.trainer.num_nodes) == (25, 10, 1)
+
+
+def test_the_large_model_preset_sets_thousands_of_features_and_rows_and_yields_to_the_command_line():
+    cfg = compose_cfg(["model=large"])
+    assert (cfg.model.hidden_dim, cfg.data.batch_size) == (4096, 8192)
+    assert cfg.data.train_size >= 8 * cfg.data.batch_size and cfg.data.val_size == cfg.data.test_size == 8192
+    validate(cfg)
+    reduced = compose_cfg(["model=large", "model.hidden_dim=96", "data.batch_size=16"])
+    assert (reduced.model.hidden_dim, reduced.data.batch_size, reduced.model.input_dim) == (96, 16, 64)
+    # the preset changes nothing else: the default model's other values stay
+    assert compose_cfg(["model=large"]).trainer == compose_cfg().trainer
+
+
 def test_norm_group_selects_the_reference_path():
     assert compose_cfg(["norm=reference"]).norm.impl == "reference"
 
@@ -60,6 +76,9 @@ def test_unknown_key_is_refused():
         ("data.noise=-0.1", r"data.noise is -0.1; accepted: a number >= 0"),
         ("norm.fallback=triton", r"norm.fallback is 'triton'; accepted: null or reference"),
         ("trainer.precision=fp8", r"trainer.precision is 'fp8'"),
+        ("parity.every_n_steps=-1", r"parity.every_n_steps is -1; accepted: an integer >= 0 \(0: only the initial check\)"),
+        ("trainer.log_every_n_steps=0", r"trainer.log_every_n_steps is 0; accepted: an integer >= 1"),
+        ("trainer.num_nodes=0", r"trainer.num_nodes is 0; accepted: an integer >= 1"),
     ],
 )
 def test_out_of_range_values_are_refused_by_validate(override, message):

@@ -26,11 +26,12 @@ from .helpers import (
     checkpoint_of,
     rerun_recorded_outputs,
     run_dirs,
+    scalars_of,
     shared_run,
     train,
 )
 
-STEPS, VAL_EVERY = 4, 2  # the tiny schedule of helpers.TINY
+STEPS, VAL_EVERY, PARITY_EVERY, WINDOW = 4, 2, 2, 2  # the tiny schedule of helpers.TINY
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +52,26 @@ def test_same_seed_gives_identical_initial_weights_and_batches_on_both_paths():
     assert not torch.equal(other.state_dict()["net.inp.weight"], ref_state["net.inp.weight"])
 
 
-def check_scalars(s, impl, steps, val_every):
-    """The tags a run of ``steps`` steps on the ``impl`` path logs (shared with the slow end-to-end test)."""
+def check_scalars(s, impl, steps, val_every, parity_every, window):
+    """The tags a run of ``steps`` steps on the ``impl`` path logs (shared with the slow end-to-end test).
+    Scalars are logged at the 0-based index of the step they follow, as train/mse is."""
     assert [step for step, _ in s["train/mse"]] == list(range(steps)), impl
-    assert len(s["val/mse"]) == steps // val_every
+    # every val_every steps, and at the last step whatever the schedule
+    assert [step for step, _ in s["val/mse"]] == sorted({*range(val_every - 1, steps, val_every), steps - 1})
     assert len(s["test/mse"]) == 1
     for tag in ("parity/initial_output_err", "parity/initial_grad_err"):
         assert len(s[tag]) == 1 and s[tag][0][0] == 0 and 0.0 <= s[tag][0][1] <= TOLERANCES[torch.float32].rtol
+    checks = list(range(0, steps, parity_every))  # step 0, then every parity_every steps
+    for tag in ("parity/output_err", "parity/grad_err", "parity/worst_over_tol", "calls/parity_forward"):
+        assert [step for step, _ in s[tag]] == checks, tag
+    assert all(0.0 <= v <= 1.0 for _, v in s["parity/worst_over_tol"])
+    # both paths' parity checks run the Triton copy once forward and once backward, counted apart
+    assert [v for _, v in s["calls/parity_forward"]] == [float(i + 1) for i in range(len(checks))]
+    assert [v for _, v in s["calls/parity_backward"]] == [float(i + 1) for i in range(len(checks))]
+    assert [step for step, _ in s["time/step_ms"]] == sorted({*range(window - 1, steps, window), steps - 1})
+    assert all(v > 0 for _, v in s["time/step_ms"])
     assert s["reload/max_abs_diff"] == [(steps, 0.0)]
+    assert len(s["time/run_s"]) == 1 and s["time/run_s"][0][0] == steps and s["time/run_s"][0][1] > 0
     expected_calls = steps if impl == "triton" else 0
     assert s["calls/forward"][-1] == (steps - 1, expected_calls)
     assert s["calls/backward"][-1] == (steps - 1, expected_calls)
@@ -83,7 +96,7 @@ def test_both_paths_pass_their_checks_and_log_every_tag(both_paths):
         expected = STEPS if impl == "triton" else 0
         assert (result.calls["train/forward"], result.calls["train/backward"], result.calls["train/fallback"]) == (expected, expected, 0)
         scalars[impl] = read_scalars(result.log_dir)
-        check_scalars(scalars[impl], impl, STEPS, VAL_EVERY)
+        check_scalars(scalars[impl], impl, STEPS, VAL_EVERY, PARITY_EVERY, WINDOW)
         assert result.metrics["reload/max_abs_diff"] == 0.0
         assert result.metrics["test/mse"] == scalars[impl]["test/mse"][0][1]
         final, last = read_checkpoint(result.checkpoint), read_checkpoint(checkpoint_of(root, impl, "last.ckpt"))
@@ -104,7 +117,7 @@ def test_every_checkpoint_reproduces_its_recorded_outputs_bit_for_bit_where_the_
         assert torch.equal(now, recorded), path.name
 
 
-def test_hparams_record_the_backend_with_test_mse_as_metric(both_paths):
+def test_hparams_record_the_backend_with_the_mses_and_the_run_time_as_metrics(both_paths):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
@@ -116,7 +129,7 @@ def test_hparams_record_the_backend_with_test_mse_as_metric(both_paths):
     assert session.hparams["norm.impl"].string_value == "triton"
     assert session.hparams["trainer.max_steps"].number_value == STEPS
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
-    assert [m.name.tag for m in experiment.metric_infos] == ["test/mse"]
+    assert [m.name.tag for m in experiment.metric_infos] == ["train/mse", "val/mse", "test/mse", "time/run_s"]
 
 
 def test_a_triton_path_that_never_runs_fails_the_integration_check(tmp_path, monkeypatch):
@@ -195,7 +208,7 @@ def test_the_two_path_command_on_its_default_schedule_passes_its_checks(tmp_path
     assert set(runs) == {"reference", "triton"}
     scalars = {impl: read_scalars(d) for impl, d in runs.items()}
     for impl, s in scalars.items():
-        check_scalars(s, impl, steps=100, val_every=25)
+        check_scalars(s, impl, steps=100, val_every=25, parity_every=25, window=10)
     check_curves_agree(scalars)
     (summary,) = (tmp_path / "runs").glob("summary_*.md")
     text = summary.read_text()
@@ -205,3 +218,41 @@ def test_the_two_path_command_on_its_default_schedule_passes_its_checks(tmp_path
         ckpts = sorted(p.name for p in (tmp_path / "checkpoints" / f"{impl}_seed0").glob("version_*/*.ckpt"))
         assert ckpts == ["final.ckpt", "last.ckpt", "step00050.ckpt", "step00100.ckpt"]
 
+
+
+def test_a_run_validates_at_its_last_step_and_so_does_its_continuation(tmp_path):
+    # validation every 2 steps; 3 and 5 steps are not multiples of it
+    assert train(tmp_path, "trainer.max_steps=3").ok
+    assert [step for step, _ in scalars_of(tmp_path, "triton")["val/mse"]] == [1, 2]
+    assert train(tmp_path, "trainer.max_steps=5", "ckpt_path=last").ok
+    assert [step for step, _ in scalars_of(tmp_path, "triton")["val/mse"]] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("impl", ["reference", "triton"])
+def test_the_large_preset_trains_on_both_paths_at_a_reduced_size(tmp_path, impl):
+    # the preset itself is for a GPU; here its network at 96 features and 16 rows a step
+    result = train(tmp_path, f"norm={impl}", "model=large", "model.hidden_dim=96", "data.batch_size=16")
+    assert result.ok, result.failures
+    assert result.name == f"{impl}_seed0_hidden96" and result.steps == STEPS
+
+
+def test_each_run_folder_carries_the_comparison_layout_and_its_charts_name_logged_tags(both_paths):
+    import re
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    for impl, (_, result) in both_paths.items():
+        acc = EventAccumulator(result.log_dir)
+        acc.Reload()
+        (event,) = acc.Tensors("custom_scalars__config__")  # where TensorBoard's custom-scalars plugin reads it
+        (category,) = layout_pb2.Layout.FromString(event.tensor_proto.string_val[0]).category
+        charts = {c.title: list(c.multiline.tag) for c in category.chart}
+        assert list(charts) == [
+            "train/mse", "val/mse", "parity: largest |difference| of outputs and gradients",
+            "parity: worst difference / tolerance (the run stops past 1)", "time/step_ms (median of each logging window)",
+        ]
+        tags = read_scalars(result.log_dir)
+        for title, patterns in charts.items():  # every pattern draws a tag the run logged
+            for pattern in patterns:
+                assert [t for t in tags if re.search(pattern, t)], (impl, title, pattern)

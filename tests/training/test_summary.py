@@ -13,8 +13,10 @@ from rmsnorm_kernel.training.run import RunResult
 from rmsnorm_kernel.training.summary import MultirunSummary, format_summary, summary_table
 
 METRICS = {"train/mse": 0.5, "val/mse": 0.25, "test/mse": 0.125, "parity/initial_output_err": 2.5e-07,
-           "parity/initial_grad_err": 7.5e-09, "reload/max_abs_diff": 0.0}
-CALLS = {"train/forward": 4, "train/backward": 4, "train/fallback": 0, "val/forward": 2, "test/forward": 1}
+           "parity/initial_grad_err": 7.5e-09, "parity/checks": 3.0, "parity/worst_over_tol": 0.25,
+           "reload/max_abs_diff": 0.0, "time/step_ms": 1.5}
+CALLS = {"train/forward": 4, "train/backward": 4, "train/fallback": 0, "val/forward": 2, "test/forward": 1,
+         "parity/forward": 3, "parity/backward": 3}
 
 
 def result(impl="triton", **kw):
@@ -27,11 +29,12 @@ def result(impl="triton", **kw):
 def test_the_summary_of_a_run_that_passed():
     assert format_summary(result()).splitlines() == [
         "run triton_seed0: OK",
-        "  path triton, backend interpreter, 4 steps, 1.2 s",
+        "  path triton, backend interpreter, 4 steps, 1.2 s, median step 1.5 ms",
         "  mse: train 0.500000, val 0.250000, test 0.125000",
         "  Triton calls: train forward 4, backward 4; val forward 2, test forward 1; "
         "training fallbacks to the reference 0 (counts of process 0)",
         "  initial parity: output 2.5e-07, grad 7.5e-09",
+        "  parity along the run: 3 checks, worst difference 0.25 of the tolerance; their Triton calls: forward 3, backward 3",
         "  reload parity: max |diff| 0.0 (bit-identical)",
         "  logs: runs/triton",
         "  checkpoint: ck/triton/final.ckpt",
@@ -43,14 +46,15 @@ def test_the_summary_of_a_resumed_run_that_failed_lists_its_failures():
     lines = format_summary(result(metrics=metrics, failures=["reload parity: one", "integration: two"])).splitlines()
     assert lines[0] == "run triton_seed0: FAILED"
     assert lines[4] == "  initial parity: measured at step 0 by the run this one resumed"
-    assert lines[5] == "  reload parity: max |diff| 0.5 (DIFFERENT)"
+    assert lines[6] == "  reload parity: max |diff| 0.5 (DIFFERENT)"
     assert lines[-2:] == ["  check failed: reload parity: one", "  check failed: integration: two"]
 
 
 def row(name, test_mse, ok=True):
     return {"run": name, "backend": "cuda", "steps": 100, "train/mse": 0.5, "val/mse": 0.25, "test/mse": test_mse,
             "calls/forward": 100.0, "calls/backward": 100.0, "parity/initial_output_err": 1.25e-07,
-            "parity/initial_grad_err": 0.0, "reload/max_abs_diff": 0.0, "initial_weights_sha256": "0123456789abcdef",
+            "parity/initial_grad_err": 0.0, "parity/worst_over_tol": 0.5, "calls/parity_forward": 5.0,
+            "reload/max_abs_diff": 0.0, "time/step_ms": 2.0, "initial_weights_sha256": "0123456789abcdef",
             "seconds": 3.5, "ok": ok, "log_dir": "unused"}
 
 
@@ -68,7 +72,10 @@ def test_the_table_has_one_column_per_run_and_the_test_mse_difference_of_two():
         "| calls/backward | 100 | 100 |",
         "| parity/initial_output_err | 1.25e-07 | 1.25e-07 |",
         "| parity/initial_grad_err | 0 | 0 |",
+        "| parity/worst_over_tol | 0.5 | 0.5 |",
+        "| calls/parity_forward | 5 | 5 |",
         "| reload/max_abs_diff | 0 | 0 |",
+        "| time/step_ms | 2 | 2 |",
         "| initial_weights_sha256 | 0123456789abcdef | 0123456789abcdef |",
         "| seconds | 3.5 | 3.5 |",
         "| ok | True | False |",

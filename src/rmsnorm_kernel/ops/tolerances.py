@@ -19,6 +19,7 @@ relative), which Adam's updates carry forward over the run's steps.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +47,8 @@ class Comparison:
     max_rel: float
     ok: bool
     tolerance: Tolerance
+    #: the largest |actual - expected| / (atol + rtol * |expected|) over finite elements: <= 1 passes
+    worst_over_tol: float = 0.0
 
 
 def compare(
@@ -63,7 +66,7 @@ def compare(
     a_all = actual.detach().reshape(-1)
     e_all = expected.detach().reshape(-1).to(a_all.device)
     tiny = torch.finfo(torch.float64).tiny
-    ok, max_abs, max_rel = True, 0.0, 0.0
+    ok, max_abs, max_rel, worst = True, 0.0, 0.0, 0.0
     for start in range(0, a_all.numel(), chunk):
         a = a_all[start : start + chunk].to(torch.float64)
         e = e_all[start : start + chunk].to(torch.float64)
@@ -76,5 +79,8 @@ def compare(
         if d.numel():
             max_abs = max(max_abs, float(d.max()))
             max_rel = max(max_rel, float((d / ef.clamp_min(tiny)).max()))
+            worst = max(worst, float((d / (tol.atol + tol.rtol * ef)).max()))
         ok = ok and same_nonfinite and bool((d <= tol.atol + tol.rtol * ef).all())
-    return Comparison(max_abs=max_abs, max_rel=max_rel, ok=ok, tolerance=tol)
+        if not same_nonfinite:
+            worst = math.inf  # a NaN or infinity where the other side has none: past any tolerance
+    return Comparison(max_abs=max_abs, max_rel=max_rel, ok=ok, tolerance=tol, worst_over_tol=worst)

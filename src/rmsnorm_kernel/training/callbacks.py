@@ -1,12 +1,14 @@
-"""The initial-parity check (on the first training batch, both RMSNorm paths from the same weights), and
-``last.ckpt`` written when a signal stops the run."""
+"""The callbacks of a training run: parity of the two RMSNorm paths along the run, validation at the last
+step, the step timer, and ``last.ckpt`` written when a signal stops the run."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import statistics
 import threading
+import time
 from pathlib import Path
 
 import lightning as L
@@ -15,52 +17,168 @@ import torch.nn.functional as F
 
 from ..ops.contract import ContractError
 from ..ops.impls import IMPLS
-from ..ops.tolerances import compare
-from .model import build_network
+from ..ops.op import call_counts
+from ..ops.tolerances import TOLERANCES, compare
+from .model import TrainingStopped, build_network
 
 
-class InitialParity(L.Callback):
-    """On the first training batch, runs both paths from the module's initial weights and compares them.
+class ParityError(TrainingStopped):
+    """The two RMSNorm paths disagreed beyond the declared tolerance during training."""
 
-    Outputs and gradients must agree within the tolerance of ``ops/tolerances.py`` for their dtype.
-    A resumed run starts past step 0 and measures nothing (the run it resumes measured at step 0).
-    The Triton path runs here without a fallback, so the comparison is always with Triton: when its
-    contract refuses the batch, nothing is compared and ``skipped`` holds the contract's reason (the run
-    itself goes on with its own path: the reference, or a Triton path with ``norm.fallback=reference``).
+
+class Parity(L.Callback):
+    """Both RMSNorm paths on the step's batch, from a copy of the module's current weights, compared.
+
+    Outputs and parameter gradients (of the MSE loss) must agree within the tolerance of
+    ``ops/tolerances.py`` for their dtype; the module itself, its path, weights and gradients are left
+    as they were. The comparison runs in float32, the dtype of the parameters, also when training runs
+    in mixed precision. It runs from either path: a Triton run is checked against the reference, a
+    reference run against Triton. The Triton calls it makes are counted in the module's
+    ``calls["parity/forward"]`` and ``calls["parity/backward"]``, apart from the training steps' counts.
+
+    - Step 0 is the initial check: its verdict is one of the run's end checks (``ok``), so a run whose
+      kernel is wrong from the start still trains and reports every check. A resumed run starts past step 0
+      and does not repeat it. When the Triton contract refuses the batch, nothing is compared, at step 0
+      or later, and ``skipped`` holds the contract's reason.
+    - Every ``every_n_steps`` steps after that (0: never), the same comparison along the run: a kernel that
+      drifts after many Adam steps, or a bad launch plan for a shape the first batch did not have. A
+      difference past the tolerance stops the run with ``ParityError``, naming the step, before that step
+      changes any weight. Under data parallelism each process compares its own rows, and the verdict is
+      the worst over all processes, so every process stops together.
+
+    Logged at each checked step: ``parity/output_err`` and ``parity/grad_err`` (the largest absolute
+    differences), ``parity/worst_over_tol`` (the largest ``|a - b| / (atol + rtol * |b|)`` over every
+    element compared: the tolerance rule passes at 1 or less) and the parity call counts; at step 0 also
+    ``parity/initial_output_err`` and ``parity/initial_grad_err``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, every_n_steps: int = 0) -> None:
+        self.every_n_steps = every_n_steps
+        # the initial check (step 0): the end-of-run verdict and the numbers the summary reports
         self.output_err: float | None = None
         self.grad_err: float | None = None
         self.dtype: torch.dtype | None = None  # of the compared outputs: it picks the tolerance
         self.ok = True
         self.skipped: str | None = None
+        self.checked_steps: list[int] = []
+        self.worst_over_tol = 0.0  # the largest over every check of this process's run
+
+    def _due(self, step: int) -> bool:
+        if self.skipped is not None or step in self.checked_steps:
+            return False  # a restarted epoch loop can start the same step twice
+        if step == 0:
+            return True
+        return self.every_n_steps > 0 and step % self.every_n_steps == 0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if trainer.global_step != 0 or self.output_err is not None or self.skipped is not None:
+        step = trainer.global_step
+        if not self._due(step):
             return
+        self.checked_steps.append(step)
         x, y = batch
+        before = call_counts()
+        try:
+            outs, grads = self._both_paths(pl_module, x, y)
+        except ContractError as e:
+            self.skipped = f"the Triton contract refuses this shape ({e})"
+            return
+        after = call_counts()
+        pl_module.calls["parity/forward"] += after["forward"] - before["forward"]
+        pl_module.calls["parity/backward"] += after["backward"] - before["backward"]
+        comparisons = [compare(outs["triton"], outs["reference"])]
+        comparisons += [compare(a, b) for a, b in zip(grads["triton"], grads["reference"])]
+        output_err = comparisons[0].max_abs
+        grad_err = max(c.max_abs for c in comparisons[1:])
+        worst = max(c.worst_over_tol for c in comparisons)
+        if step != 0:
+            # the same verdict on every process: none is left waiting in the next collective
+            worst = float(trainer.strategy.reduce(torch.tensor(worst, device=x.device), reduce_op="max"))
+        if trainer.logger is not None:
+            metrics = {
+                "parity/output_err": output_err,
+                "parity/grad_err": grad_err,
+                "parity/worst_over_tol": worst,
+                "calls/parity_forward": float(pl_module.calls["parity/forward"]),
+                "calls/parity_backward": float(pl_module.calls["parity/backward"]),
+            }
+            if step == 0:
+                metrics.update({"parity/initial_output_err": output_err, "parity/initial_grad_err": grad_err})
+            trainer.logger.log_metrics(metrics, step=step)
+        self.worst_over_tol = max(self.worst_over_tol, worst)
+        dtype = outs["reference"].dtype
+        if step == 0:
+            self.output_err, self.grad_err, self.dtype = output_err, grad_err, dtype
+            self.ok = worst <= 1.0
+        elif worst > 1.0:
+            tol = TOLERANCES[dtype]
+            raise ParityError(
+                f"parity at step {step}: the triton and reference paths differ by {output_err:.3g} in outputs and "
+                f"{grad_err:.3g} in gradients, {worst:.3g} times the {str(dtype).removeprefix('torch.')} tolerance "
+                f"(atol {tol.atol:g}, rtol {tol.rtol:g}), before that step changed any weight"
+            )
+
+    @staticmethod
+    def _both_paths(pl_module, x: torch.Tensor, y: torch.Tensor) -> tuple[dict, dict]:
+        """Outputs and parameter gradients of the network on each path, from the module's weights."""
         outs, grads = {}, {}
+        state = pl_module.net.state_dict()
         for impl in IMPLS:
             net = build_network(**{**pl_module.network_kwargs(), "norm_impl": impl, "norm_fallback": None}).to(x.device)
-            net.load_state_dict(pl_module.net.state_dict())
-            try:
-                out = net(x)
-            except ContractError as e:
-                self.skipped = f"the Triton contract refuses this shape ({e})"
-                return
+            net.load_state_dict(state)
+            out = net(x)
             grads[impl] = torch.autograd.grad(F.mse_loss(out, y), list(net.parameters()))
             outs[impl] = out.detach()
-        self.dtype = outs["reference"].dtype
-        self.output_err = float((outs["triton"] - outs["reference"]).abs().max())
-        self.grad_err = max(float((a - b).abs().max()) for a, b in zip(grads["triton"], grads["reference"]))
-        self.ok = compare(outs["triton"], outs["reference"]).ok and all(
-            compare(a, b).ok for a, b in zip(grads["triton"], grads["reference"])
-        )
-        if trainer.logger is not None:
-            trainer.logger.log_metrics(
-                {"parity/initial_output_err": self.output_err, "parity/initial_grad_err": self.grad_err}, step=0
-            )
+        return outs, grads
+
+
+class ValidateAtLastStep(L.Callback):
+    """Validation at a run's last step as well as every ``trainer.val_check_interval`` steps, so that
+    ``val/mse`` exists at the final step whatever the schedule (a resumed run too).
+
+    Setting ``Trainer.should_stop`` after the last training step is the public way to ask Lightning for
+    a validation pass there (it validates when a run is asked to stop, as with early stopping); the run
+    ends at that step anyway. A step that is already a validation step is validated once.
+    """
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
+            trainer.should_stop = True
+
+
+class StepTimer(L.Callback):
+    """``time/step_ms``: the median wall time of the training steps in each logging window
+    (``trainer.log_every_n_steps`` steps), logged at the window's last step and at the run's last step.
+
+    A step is timed from the start of its batch to its end (forward, backward, optimizer), after the
+    parity check and before the checkpoints that end it: the callbacks are listed in that order in
+    ``run.py``. With a GPU, the clock is read after synchronising with it, so a step's time includes
+    its kernels. Validation is not timed.
+    """
+
+    def __init__(self) -> None:
+        self.window: list[float] = []
+        self.medians: list[float] = []  # every logged value, for the run's summary
+        self._start = 0.0
+
+    @staticmethod
+    def _sync(pl_module) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._sync(pl_module)
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._sync(pl_module)
+        self.window.append((time.perf_counter() - self._start) * 1e3)
+        step = trainer.global_step  # counts the step that just ended
+        if step % trainer.log_every_n_steps == 0 or step >= trainer.max_steps:
+            median = statistics.median(self.window)
+            self.window.clear()
+            self.medians.append(median)
+            if trainer.logger is not None:
+                trainer.logger.log_metrics({"time/step_ms": median}, step=step - 1)
 
 
 class Interrupted(RuntimeError):

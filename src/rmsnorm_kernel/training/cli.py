@@ -4,7 +4,7 @@ Exit codes: 0 for a run that passed its checks, and for a resume that found noth
 line on standard output says so); 2 for a configuration, checkpoint or output path refused before any
 work, and for a run whose checkpoint folder another live process is writing (its lock); 143 (SIGTERM) or 130 (SIGINT) for a run stopped by that signal, after writing ``last.ckpt``
 (the line names it and the command that resumes it); 1 for a run stopped by a
-non-finite loss or by the Triton contract, or a failed check. In a multirun, a job that fails prints its
+non-finite loss, by a parity check past the tolerance or by the Triton contract, or a failed check. In a multirun, a job that fails prints its
 line and returns a ``RunResult`` whose ``stopped`` holds that line (an unexpected exception prints its
 traceback too): the next job runs, and the exit code comes at the end, for all jobs
 (``summary.MultirunSummary``). Hydra itself exits 1 for a value of the wrong type or an unknown key.
@@ -29,7 +29,7 @@ from ..ops.contract import ContractError
 from .callbacks import Interrupted
 from .checkpoints import CheckpointError, RunInUse
 from .config import ConfigError
-from .model import NonFiniteLossError
+from .model import TrainingStopped
 from .paths import PathError, run_name
 from .run import RunResult, run
 from .summary import format_summary
@@ -96,7 +96,7 @@ def run_and_report(cfg: DictConfig) -> RunResult:
         fail(f"path error: {e}", 2)
     except RunInUse as e:
         fail(f"run in use: {e}", 2)
-    except NonFiniteLossError as e:
+    except TrainingStopped as e:  # a non-finite loss, parity past the tolerance
         fail(f"training stopped: {e}", 1)
     except Interrupted as e:
         code = 128 + getattr(signal, e.signal_name).value

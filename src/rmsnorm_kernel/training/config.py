@@ -51,10 +51,16 @@ class TrainerConfig:
     accelerator: str = MISSING
     devices: Any = MISSING
     num_nodes: int = MISSING
+    log_every_n_steps: int = MISSING
     strategy: str = MISSING
     precision: str = MISSING
     enable_progress_bar: bool = MISSING
     deterministic: bool = MISSING
+
+
+@dataclass
+class ParityConfig:
+    every_n_steps: int = MISSING
 
 
 @dataclass
@@ -75,6 +81,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    parity: ParityConfig = field(default_factory=ParityConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     seed: int = MISSING
     compile: bool = MISSING
@@ -103,6 +110,7 @@ def validate(cfg: DictConfig) -> None:
         "trainer.max_steps": cfg.trainer.max_steps,
         "trainer.val_check_interval": cfg.trainer.val_check_interval,
         "trainer.num_nodes": cfg.trainer.num_nodes,
+        "trainer.log_every_n_steps": cfg.trainer.log_every_n_steps,
         "data.batch_size": cfg.data.batch_size,
         "data.train_size": cfg.data.train_size,
         "data.val_size": cfg.data.val_size,
@@ -123,6 +131,8 @@ def validate(cfg: DictConfig) -> None:
     for key, value in {"model.lr": cfg.model.lr, "norm.eps": cfg.norm.eps}.items():
         if not value > 0:
             raise ConfigError(f"{key} is {value}; accepted: a number > 0")
+    if cfg.parity.every_n_steps < 0:
+        raise ConfigError(f"parity.every_n_steps is {cfg.parity.every_n_steps}; accepted: an integer >= 0 (0: only the initial check)")
     if cfg.data.noise < 0:
         raise ConfigError(f"data.noise is {cfg.data.noise}; accepted: a number >= 0")
     if cfg.norm.fallback not in FALLBACKS:

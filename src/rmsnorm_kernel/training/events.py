@@ -1,5 +1,5 @@
-"""TensorBoard event files: writing raw events into a run's folder (hparams, the restart marker), and
-reading them back (the training summary and the figures)."""
+"""TensorBoard event files: writing raw events into a run's folder (hparams, the restart marker, the
+custom-scalars layout), and reading them back (the training summary and the figures)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,28 @@ def run_event_writer(logger: TensorBoardLogger) -> Iterator[FileWriter]:
             writer.close()
         else:
             writer.flush()
+
+
+#: TensorBoard's CUSTOM SCALARS page: the comparison of the two paths on one page. Each chart draws the
+#: tags its regular expressions match, for every run shown, so ``tensorboard --logdir runs`` puts the
+#: reference and Triton runs side by side in each chart.
+LAYOUT = {
+    "rmsnorm_kernel: reference against triton": {
+        "train/mse": ["Multiline", [r"^train/mse$"]],
+        "val/mse": ["Multiline", [r"^val/mse$"]],
+        "parity: largest |difference| of outputs and gradients": ["Multiline", [r"^parity/output_err$", r"^parity/grad_err$"]],
+        "parity: worst difference / tolerance (the run stops past 1)": ["Multiline", [r"^parity/worst_over_tol$"]],
+        "time/step_ms (median of each logging window)": ["Multiline", [r"^time/step_ms$"]],
+    }
+}
+
+
+def write_layout(logger: TensorBoardLogger) -> None:
+    """``LAYOUT`` into the logger's run folder (each run carries it: TensorBoard shows it once)."""
+    from torch.utils.tensorboard.summary import custom_scalars
+
+    with run_event_writer(logger) as writer:
+        writer.add_summary(custom_scalars(LAYOUT))
 
 
 def read_scalars(log_dir: str | Path) -> dict[str, list[tuple[int, float]]]:

@@ -20,7 +20,11 @@ NETWORK_KEYS = ("input_dim", "hidden_dim", "output_dim", "norm_impl", "eps", "no
 PROBE_ROWS = 64
 
 
-class NonFiniteLossError(RuntimeError):
+class TrainingStopped(RuntimeError):
+    """A check during training stopped the run, before the step it found changed any weight."""
+
+
+class NonFiniteLossError(TrainingStopped):
     """The training loss became NaN or infinite; raised before the bad step updates any weight."""
 
 
@@ -62,7 +66,10 @@ class RMSNormRegressor(L.LightningModule):
         # Logged by hand at the end of a run, with test/mse as the HPARAMS metric.
         self.save_hyperparameters(logger=False)
         self.net = build_network(input_dim, hidden_dim, output_dim, norm_impl, eps, norm_fallback)
-        self.calls = {"train/forward": 0, "train/backward": 0, "train/fallback": 0, "val/forward": 0, "test/forward": 0}
+        self.calls = {
+            "train/forward": 0, "train/backward": 0, "train/fallback": 0, "val/forward": 0, "test/forward": 0,
+            "parity/forward": 0, "parity/backward": 0,  # callbacks.Parity's own Triton calls
+        }
         self._test_sq_err = 0.0
         self._test_count = 0
         self.test_mse: float | None = None

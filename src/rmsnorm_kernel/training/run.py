@@ -3,7 +3,8 @@
 ``run(cfg)`` trains the network with the RMSNorm path that ``cfg.norm.impl`` names and then checks:
 
 - initial parity: on the first batch, from the same weights, both paths give the same outputs and
-  gradients within the tolerance of ``ops/tolerances.py`` (``callbacks.InitialParity``);
+  gradients within the tolerance of ``ops/tolerances.py`` (``callbacks.Parity``, which repeats the
+  comparison every ``parity.every_n_steps`` steps and stops the run when it fails there);
 - integration: the Triton path's wrappers ran once forward and once backward per training step (and
   the reference path never called them); a Triton run in which no training step ran on Triton fails,
   naming the fallback count and the first reason, even when every step fell back as allowed;
@@ -17,6 +18,7 @@ Before the model is built, the runs and checkpoint folders are created and prove
 from __future__ import annotations
 
 import hashlib
+import statistics
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -33,12 +35,12 @@ from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from ..ops.backend import backend
 from ..ops.tolerances import TOLERANCES
-from .callbacks import InitialParity, Interrupted, SaveOnSignal, sigint_as_sigterm
+from .callbacks import Interrupted, Parity, SaveOnSignal, StepTimer, ValidateAtLastStep, sigint_as_sigterm
 from .checkpoints import AtomicCheckpointIO, RunLock, remove_stale_temporaries
 from .config import validate
 from .data import SyntheticRegressionData
-from .events import run_event_writer
-from .model import NonFiniteLossError, RMSNormRegressor
+from .events import run_event_writer, write_layout
+from .model import RMSNormRegressor, TrainingStopped
 from .paths import claim_version, prepare_folder, project_path, remove_folders, run_name
 from .resume import mark_branch, mark_restart, resolve_resume
 
@@ -56,6 +58,7 @@ class RunResult:
     metrics: dict[str, float] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    step_ms: float = float("nan")  # the median of the step timer's window medians
     failures: list[str] = field(default_factory=list)
     parity_skipped: str = ""  # why the initial parity check compared nothing
     fallback_reason: str = ""  # the first reason a training step went to the reference
@@ -140,15 +143,19 @@ def flat_hparams(cfg: DictConfig) -> dict:
     return flat
 
 
-def write_hparams(logger: TensorBoardLogger, params: dict, test_mse: float) -> None:
-    """The run's configuration in TensorBoard's HPARAMS tab, with test/mse (already logged) as its metric."""
+#: The HPARAMS tab's metrics: scalars every run logs (TensorBoard reads their values from the run's scalars).
+HPARAM_METRICS = ("train/mse", "val/mse", "test/mse", "time/run_s")
+
+
+def write_hparams(logger: TensorBoardLogger, params: dict, metrics: dict[str, float]) -> None:
+    """The run's configuration in TensorBoard's HPARAMS tab, with ``HPARAM_METRICS`` as its metrics."""
     with run_event_writer(logger) as writer:
-        for summary in hparams_summary(params, {"test/mse": test_mse}):
+        for summary in hparams_summary(params, {k: metrics[k] for k in HPARAM_METRICS}):
             writer.add_summary(summary)
 
 
 def failed_checks(
-    cfg: DictConfig, result: RunResult, parity: InitialParity, reload_diff: float, reloaded_impl: str
+    cfg: DictConfig, result: RunResult, parity: Parity, reload_diff: float, reloaded_impl: str
 ) -> list[str]:
     """The end-of-run checks that failed, one sentence each (see the module docstring)."""
     failures = []
@@ -195,6 +202,8 @@ def run(cfg: DictConfig) -> RunResult:
     validate(cfg)
     # The splits are small tensors already in memory; worker processes would only add start-up time.
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+    # The checkpoint folder holds the run's lock file from the start, and a resumed run's checkpoints.
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
     start = time.perf_counter()
     name = run_name(cfg)
     result = RunResult(name=name, impl=cfg.norm.impl, seed=cfg.seed, backend=backend())
@@ -262,7 +271,9 @@ def train_and_check(
             mark_branch(logger, resume.path, resume.global_step)
         elif resume is not None:
             mark_restart(logger, resume.global_step)
-    parity = InitialParity()
+        write_layout(logger)
+    parity = Parity(cfg.parity.every_n_steps)
+    timer = StepTimer()
     on_signal = SaveOnSignal(checkpoint_dir)
     checkpoints = ModelCheckpoint(
         dirpath=checkpoint_dir,
@@ -284,9 +295,11 @@ def train_and_check(
         deterministic=cfg.trainer.deterministic,
         enable_progress_bar=cfg.trainer.enable_progress_bar,
         enable_model_summary=False,
-        log_every_n_steps=1,
+        log_every_n_steps=cfg.trainer.log_every_n_steps,  # the step timer's window
         logger=logger,
-        callbacks=[parity, checkpoints, on_signal],
+        # in this order: the parity check before the step's timer starts, the timer stopped before the
+        # step's checkpoint is written
+        callbacks=[parity, timer, ValidateAtLastStep(), checkpoints, on_signal],
         plugins=[AtomicCheckpointIO()],
         default_root_dir=str(checkpoint_dir),
         use_distributed_sampler=False,  # evaluation splits are sharded without padding (data.py)
@@ -298,10 +311,10 @@ def train_and_check(
         if on_signal.saved is None:
             raise
         raise Interrupted(on_signal.signal_name, on_signal.saved, on_signal.step) from None
-    except NonFiniteLossError as e:
+    except TrainingStopped as e:  # a non-finite loss, a parity check past the tolerance
         saved = sorted(checkpoint_dir.glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
         kept = f"the last good checkpoint is {saved[-1]}" if saved else "no checkpoint had been written yet"
-        raise NonFiniteLossError(f"{e}; {kept}") from None
+        raise type(e)(f"{e}; {kept}") from None
     fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}  # test() resets them
     final = checkpoint_dir / "final.ckpt"
     trainer.save_checkpoint(final, weights_only=False)  # the full state: optimizer and loops too
@@ -318,6 +331,7 @@ def train_and_check(
     result.fallback_reason = module.fallback_reason or ""
     result.parity_skipped = parity.skipped or ""
     result.seconds = time.perf_counter() - start
+    result.step_ms = statistics.median(timer.medians) if timer.medians else float("nan")
     if not trainer.is_global_zero:
         return result  # the checks below read and write files: process 0 runs them, in one process
     diff, reloaded_impl = reload_max_abs_diff(module, final, data, trainer.strategy.root_device)
@@ -329,12 +343,17 @@ def train_and_check(
         "test/mse": float(module.test_mse),
         "parity/initial_output_err": parity.output_err,
         "parity/initial_grad_err": parity.grad_err,
+        "parity/checks": float(len(parity.checked_steps)),
+        "parity/worst_over_tol": parity.worst_over_tol,
         "reload/max_abs_diff": diff,
+        "time/step_ms": result.step_ms,
     }
+    result.failures = failed_checks(cfg, result, parity, diff, reloaded_impl)
     params = {**flat_hparams(cfg), "backend": backend()}
     if result.branched_from:
         params["branched_from"] = result.branched_from
-    write_hparams(logger, params, module.test_mse)
-    result.failures = failed_checks(cfg, result, parity, diff, reloaded_impl)
     result.seconds = time.perf_counter() - start
+    result.metrics["time/run_s"] = result.seconds
+    logger.log_metrics({"time/run_s": result.seconds}, step=trainer.global_step)
+    write_hparams(logger, params, result.metrics)
     return result

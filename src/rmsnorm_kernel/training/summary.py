@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import time
 from dataclasses import asdict
@@ -17,8 +18,8 @@ from .run import RunResult
 #: The rows of the multirun table, in order; each run is a column.
 TABLE_KEYS = (
     "backend", "steps", "train/mse", "val/mse", "test/mse", "calls/forward", "calls/backward",
-    "parity/initial_output_err", "parity/initial_grad_err", "reload/max_abs_diff", "initial_weights_sha256",
-    "seconds", "ok",
+    "parity/initial_output_err", "parity/initial_grad_err", "parity/worst_over_tol", "calls/parity_forward",
+    "reload/max_abs_diff", "time/step_ms", "initial_weights_sha256", "seconds", "ok",
 )
 
 
@@ -26,7 +27,8 @@ def format_summary(r: RunResult) -> str:
     m = r.metrics
     lines = [
         f"run {r.name}: {'OK' if r.ok else 'FAILED'}",
-        f"  path {r.impl}, backend {r.backend}, {r.steps} steps, {r.seconds:.1f} s",
+        f"  path {r.impl}, backend {r.backend}, {r.steps} steps, {r.seconds:.1f} s, "
+        f"median step {m.get('time/step_ms', float('nan')):.3g} ms",
         f"  mse: train {m.get('train/mse', float('nan')):.6f}, val {m.get('val/mse', float('nan')):.6f}, "
         f"test {m.get('test/mse', float('nan')):.6f}",
         f"  Triton calls: train forward {r.calls.get('train/forward')}, backward {r.calls.get('train/backward')}; "
@@ -39,6 +41,9 @@ def format_summary(r: RunResult) -> str:
             if m.get("parity/initial_output_err") is not None
             else "  initial parity: measured at step 0 by the run this one resumed"
         ),
+        f"  parity along the run: {int(m.get('parity/checks', 0))} checks, worst difference "
+        f"{m.get('parity/worst_over_tol', float('nan')):.3g} of the tolerance; their Triton calls: forward "
+        f"{r.calls.get('parity/forward')}, backward {r.calls.get('parity/backward')}",
         f"  reload parity: max |diff| {m.get('reload/max_abs_diff')} "
         f"({'bit-identical' if m.get('reload/max_abs_diff') == 0 else 'DIFFERENT'})",
         *([f"  branched from {r.branched_from}"] if r.branched_from else []),
@@ -70,6 +75,14 @@ def last(scalars: dict, tag: str) -> float:
     return scalars[tag][-1][1] if scalars.get(tag) else float("nan")
 
 
+def largest(scalars: dict, tag: str) -> float:
+    return max(v for _, v in scalars[tag]) if scalars.get(tag) else float("nan")
+
+
+def median(scalars: dict, tag: str) -> float:
+    return statistics.median(v for _, v in scalars[tag]) if scalars.get(tag) else float("nan")
+
+
 def table_row(r: RunResult) -> dict:
     """One run's column of the table, its values read back from its TensorBoard event files."""
     s = read_scalars(r.log_dir)
@@ -84,7 +97,10 @@ def table_row(r: RunResult) -> dict:
         "calls/backward": last(s, "calls/backward"),
         "parity/initial_output_err": last(s, "parity/initial_output_err"),
         "parity/initial_grad_err": last(s, "parity/initial_grad_err"),
+        "parity/worst_over_tol": largest(s, "parity/worst_over_tol"),  # over the run: <= 1 passes
+        "calls/parity_forward": last(s, "calls/parity_forward"),
         "reload/max_abs_diff": last(s, "reload/max_abs_diff"),
+        "time/step_ms": median(s, "time/step_ms"),  # the median of the windows' medians
         "initial_weights_sha256": r.initial_weights_sha256[:16],
         "seconds": round(r.seconds, 1),
         "ok": r.ok,
