@@ -92,3 +92,39 @@ class BreakingNet(SmallNet):
         if h.sum().item() > 1e30:
             h = h * 2
         return self.out(torch.nn.functional.silu(h))
+
+
+# --------------------------------------------------------------------------------------------------
+# Rows of the benchmark sweep, as its runs write them
+
+
+def sweep_row(point: str, impl: str, mode: str, gpu=None, whole=None, host=None, pct=None, ok=True, repeat=0, origin="sweep",
+              split=None, session=0) -> dict:
+    """One row of a sweep run's file; ``point`` is ``regime:dtype:MxN``. Bandwidth follows from ``gpu``
+    (us) and the benchmark's byte model, so a figure has something to draw."""
+    from rmsnorm_kernel.verify import benchmark as bm
+
+    regime, dtype, shape = point.split(":")
+    m, n = (int(v) for v in shape.split("x"))
+    nbytes = bm.bytes_moved(mode, m, n, bm.DTYPES[dtype])
+    if split is None:
+        split = "fit" if origin == "sweep" and n % 1024 == 0 else "report"
+    return dict(point=point, regime=regime, origin=origin, split=split, M=m, N=n, dtype=dtype, mode=mode, impl=impl, bytes=nbytes,
+                repeat=repeat, ok=ok, detail="" if ok else "dgamma outside tolerance", max_abs=0.0, max_rel=0.0, checked_rows=m,
+                whole_us=whole, host_us=host, gpu_us=gpu, gpu_method="cuda-graph" if gpu else None, gpu_note="",
+                whole_tbps=nbytes / whole / 1e6 if whole else None, gpu_tbps=nbytes / gpu / 1e6 if gpu else None,
+                ceiling_tbps=4.0 if pct is not None else None, pct_of_ceiling=pct, first_call_s=1.0, measure_s=1.0, session=session)
+
+
+def sweep_run(rows: list[dict], part: str = "1/1", shapes: str = "sweep", definition: str | None = None, device: str = "GPU",
+              ceilings=None) -> dict:
+    """A run's file around ``rows`` (the sweep's own definition unless ``definition`` is given)."""
+    from rmsnorm_kernel.verify.sweep import definition_hash, sweep_points
+
+    return dict(kind="benchmark-sweep-run", shapes=shapes, definition=definition or definition_hash(sweep_points(shapes)), part=part,
+                points_in_part=0, skipped_done=0, impls=[], timed=True, device=device, backend="cuda", torch="2.11", triton="3.6",
+                liger_kernel="0.8.5", python="3.12", date="2026-12-01T00:00:00+00:00", estimate_s=1.0, protocol={},
+                noise_points=[], elapsed_s=100.0, complete=True, remaining=[],
+                ceilings=ceilings if ceilings is not None else [dict(regime="large", when="start", bytes=2 << 29, whole_us=260.0, gpu_us=256.0,
+                                                                     gpu_method="cuda-graph", gpu_note="", whole_tbps=4.1, gpu_tbps=4.2)],
+                rows=rows)

@@ -37,10 +37,16 @@ GENERATED_FILES = [
     "multirun/2026-01-02/03-04-05/0/train.log",
     "multirun/2026-01-02/03-04-05/multirun.yaml",
     "outputs/benchmark.json",
+    "outputs/benchmark-sweep.json",
+    "outputs/benchmark-sweep.md",
+    "outputs/benchmark-sweep.part1of2.json",
+    "outputs/benchmark-sweep.part2of2.after7.json",
+    "outputs/benchmark-sweep.part2of2.tmp",
     "outputs/check-forward.json",
     "outputs/compile-report.json",
     "outputs/compile-report/inductor_output_0.py",
     "outputs/compile-report/inductor_output_1.py",
+    "outputs/figures/benchmark_sweep.png",
     "outputs/figures/check_errors.png",
     "outputs/figures/training_mse.png",
     "outputs/hydra/2026-01-02_03-04-05/.hydra/config.yaml",
@@ -72,6 +78,7 @@ USER_FILES = [
     "outputs/my_experiments/check-forward.json",  # a report's name, not where reports go
     "outputs/my_experiments/results.csv",
     "outputs/notes.txt",
+    "outputs/benchmark-sweep.notes.md",  # near a sweep file's name, not one
     "runs/summary.txt",
     "runs/triton_seed0/events.out.tfevents.1",  # not in a version_<k> folder
     "runs/triton_seed0/version_0/my_notes.md",

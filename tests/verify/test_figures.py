@@ -7,6 +7,8 @@ import pytest
 from rmsnorm_kernel.verify import figures
 from rmsnorm_kernel.verify.cli import main
 
+from .helpers import sweep_row, sweep_run
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STEPS = 12
 
@@ -138,6 +140,9 @@ def test_figures_command_with_every_input(tmp_path, runs_dir, capsys):
     outputs = tmp_path / "outputs"
     assert main(["check-gamma", "--quick", "--outputs", str(outputs)]) == 0
     (outputs / "benchmark.json").write_text(json.dumps(benchmark_records()))
+    (outputs / "benchmark-sweep.json").write_text(json.dumps(sweep_run([
+        sweep_row("large:bfloat16:65536x4096", impl, mode, gpu=us, pct=90.0 if impl == "triton" else None)
+        for impl, us in (("triton", 300.0), ("compile", 310.0)) for mode in ("fwd", "fwd+bwd")]) | {"kind": "benchmark-sweep"}))
     rc = main(["figures", "--outputs", str(outputs), "--runs", str(runs_dir)])
     out = capsys.readouterr().out
     assert rc == 0, out

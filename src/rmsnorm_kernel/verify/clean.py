@@ -11,6 +11,9 @@ Generated, relative to the project root (``<name>`` is any run name, ``<k>``, ``
 
 - ``outputs/<command>.json``: a check command's report (``report.write_report``; ``benchmark.json``
   from ``benchmark.write_json``), for the commands of ``REPORT_COMMANDS``;
+- ``outputs/benchmark-sweep.part<k>of<p>.json`` (``.after<n>.json`` for a run with ``--skip-done``) and its
+  ``.tmp`` while being written (``sweep.part_path``, ``sweep.write_json``), and the merge's
+  ``outputs/benchmark-sweep.md`` (``sweep_report``; its JSON is the command's report above);
 - ``outputs/figures/<figure>.png`` for the figures of ``FIGURE_FILES`` (``figures.FIGURES``);
 - ``outputs/compile-report/inductor_output_<n>.py`` (``compile_report.compile_report``);
 - in a Hydra job folder under ``outputs/hydra/`` or ``multirun/`` (a folder whose ``.hydra/`` holds
@@ -60,10 +63,10 @@ SCOPES = ("generated",)
 #: The commands that write ``<outputs>/<command>.json`` (the subcommands of ``verify.cli``).
 REPORT_COMMANDS = (
     "environment", "reference", "check-forward", "check-backward", "check-gamma", "negative", "exercise",
-    "profile", "compile-report", "figures", "check-checkpoints", "clean", "benchmark",
+    "profile", "compile-report", "figures", "check-checkpoints", "clean", "benchmark", "benchmark-sweep",
 )
 #: The PNG files of the ``figures`` command (``figures.FIGURES``).
-FIGURE_FILES = ("training_mse.png", "check_errors.png", "benchmark.png")
+FIGURE_FILES = ("training_mse.png", "check_errors.png", "benchmark.png", "benchmark_sweep.png")
 #: Folders the commands create by these names, removed when empty even if they held nothing.
 LAYOUT_FOLDERS = frozenset(GENERATED_TOP_LEVEL) | {"outputs/figures", "outputs/compile-report", "outputs/hydra", "outputs/hydra/multirun"}
 
@@ -73,6 +76,8 @@ _CACHE = r"(?:(?:%s)/(?:[^/]+/)*)?%s" % ("|".join(re.escape(t) for t in PYTHON_T
 _STATIC_PATTERNS = [re.compile(p) for p in (
     r"outputs/(?:%s)\.json" % "|".join(re.escape(c) for c in REPORT_COMMANDS),
     r"outputs/figures/(?:%s)" % "|".join(re.escape(f) for f in FIGURE_FILES),
+    r"outputs/benchmark-sweep\.part\d+of\d+(?:\.after\d+)?\.(?:json|tmp)",
+    r"outputs/benchmark-sweep\.md",
     r"outputs/compile-report/inductor_output_\d+\.py",
     rf"{_HYDRA}/multirun\.yaml",
     rf"runs/{_VERSION}/(?:events\.out\.tfevents\.[^/]+|hparams\.yaml)",

@@ -175,7 +175,7 @@ def cmd_compile_report(args) -> int:
 def cmd_figures(args) -> int:
     print("== figures ==\n")
     reports = {CAMPAIGN_LABELS[c]: args.outputs / f"{cmd}.json" for cmd, c in CAMPAIGN_COMMANDS.items()}
-    results = figures.make_figures(args.outputs / "figures", args.runs, reports, args.benchmark)
+    results = figures.make_figures(args.outputs / "figures", args.runs, reports, args.benchmark, args.outputs / "benchmark-sweep.json")
     print(format_table(["figure", "status", "detail"], [(r.name, r.status, r.detail) for r in results]))
     written = [r for r in results if r.status == "written"]
     failed = [r for r in results if r.status == "failed"]
@@ -245,6 +245,14 @@ def cmd_benchmark(args, extra: list[str]) -> int:
     return int(benchmark.run(parser.parse_args(extra)))
 
 
+def cmd_benchmark_sweep(args, extra: list[str]) -> int:
+    from . import sweep
+
+    parser = argparse.ArgumentParser(prog="rmsnorm-kernel benchmark-sweep", description=(sweep.__doc__ or "").strip().split("\n")[0] or None)
+    sweep.add_arguments(parser)
+    return int(sweep.run(parser.parse_args(extra)))
+
+
 # --------------------------------------------------------------------------------------------------
 # Parser
 
@@ -296,6 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--project", type=Path, default=Path("."), help="the project root; must hold this project's pyproject.toml (default: .)")
     # Its options are defined by rmsnorm_kernel.verify.benchmark, imported only when this command runs.
     sub.add_parser("benchmark", help="time the kernels (options: rmsnorm-kernel benchmark --help)", add_help=False).set_defaults(handler=None)
+    sub.add_parser("benchmark-sweep", help="issue 19's sweep of hidden sizes, in parts, and their merge "
+                   "(options: rmsnorm-kernel benchmark-sweep --help)", add_help=False).set_defaults(handler=None)
     return parser
 
 
@@ -307,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE
     if args.command == "benchmark":
         return cmd_benchmark(args, extra)
+    if args.command == "benchmark-sweep":
+        return cmd_benchmark_sweep(args, extra)
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "benchmark", "absent") is None:

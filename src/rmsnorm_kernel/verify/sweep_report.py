@@ -1,0 +1,392 @@
+"""The sweep's runs merged into one file, and what it says: worst ratios, noise and issue 19's targets.
+
+``merge`` takes the files the runs of ``verify.sweep`` wrote (one per part, plus any run that finished
+a part with ``--skip-done``) and joins their rows; a point measured by two runs keeps the first run's
+rows as its measurement and counts the others as repeats. ``markdown`` writes the report beside the
+merged JSON:
+
+- **worst ratios**, per regime, split (fit, report) or origin (outside, small) and direction: Triton's
+  speed against the fastest correct peer at the same point (the peer's time divided by Triton's, so
+  below 1 means Triton is slower), by GPU time and by whole call, and Triton's bandwidth as a share of
+  the copy ceiling measured in the same run (GPU time);
+- **noise**: for every point measured more than once (the noise points each run repeats at its end),
+  implementation and direction, the spread (max - min) / min of its times; the stated noise is the
+  largest GPU-time spread;
+- **targets** (issue 19, item 3, and issue 9's host-time bound), each with its misses listed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from .sweep import FWD, FWD_BWD, MODES, definition_hash, sweep_points
+
+TARGET_PCT = {FWD: 92.0, FWD_BWD: 85.0}
+TARGET_N_RANGE = (2048, 16384)
+HOST_PEER, HOST_RATIO_LIMIT = "F.rms_norm", 1.5
+REGIME_ORDER = ("large", "mid", "small", "tiny")
+GROUP_ORDER = ("fit", "report", "outside", "small")
+MERGED_JSON, MERGED_MD, FIGURE = "benchmark-sweep.json", "benchmark-sweep.md", "benchmark_sweep.png"
+
+
+class MergeError(ValueError):
+    """Run files that cannot be merged: unreadable, or from different sweeps."""
+
+
+def load_runs(paths: Iterable[Path]) -> list[dict]:
+    runs = []
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+            if data.get("kind") != "benchmark-sweep-run" or not isinstance(data.get("rows"), list):
+                raise ValueError("not written by a run of benchmark-sweep")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise MergeError(f"sweep merge: {path} is not a sweep run's file ({type(exc).__name__}: {exc})") from None
+        data["file"] = str(path)
+        runs.append(data)
+    return runs
+
+
+def group_of(row: dict) -> str:
+    """fit or report for the sweep's own points, else where the point comes from (outside, small)."""
+    return row["split"] if row.get("origin") in ("sweep", "tiny") else row.get("origin", "?")
+
+
+def merge(runs: Sequence[dict]) -> dict:
+    if not runs:
+        raise MergeError("sweep merge: no run files to merge")
+    sweeps = {(r.get("shapes"), r.get("definition")) for r in runs}
+    if len(sweeps) > 1:
+        raise MergeError("sweep merge: the files come from different sweeps: "
+                         + "; ".join(f"{r['file']}: {r.get('shapes')} {r.get('definition')}" for r in runs))
+    shapes, definition = next(iter(sweeps))
+    warnings = []
+    for key in ("device", "torch", "triton", "liger_kernel"):
+        values = sorted({str(r.get(key)) for r in runs})
+        if len(values) > 1:
+            warnings.append(f"the runs differ in {key}: {', '.join(values)}")
+    rows, seen = [], set()
+    for i, run in enumerate(runs):
+        for r in run["rows"]:
+            r = dict(r, session=i)
+            if r.get("repeat", 0) == 0:
+                key = (r["point"], r["impl"], r["mode"])
+                if key in seen:
+                    r["repeat"] = 1  # measured again by a later run: one more sample of the noise
+                seen.add(key)
+            rows.append(r)
+    ceilings = [dict(c, session=i) for i, run in enumerate(runs) for c in run.get("ceilings", [])]
+    expected = sweep_points(shapes) if shapes else []
+    measured = {r["point"] for r in rows if r.get("repeat", 0) == 0}
+    if expected and definition_hash(expected) == definition:
+        missing = [p.id for p in expected if p.id not in measured]
+    else:
+        missing = []
+        warnings.append("this code's sweep differs from the runs' (another definition): missing points are not listed")
+    first = runs[0]
+    return dict(
+        kind="benchmark-sweep", shapes=shapes, definition=definition, timed=any(r.get("timed") for r in runs),
+        device=first.get("device"), torch=first.get("torch"), triton=first.get("triton"), liger_kernel=first.get("liger_kernel"),
+        protocol=first.get("protocol"),
+        runs=[dict(file=r["file"], part=r.get("part"), date=r.get("date"), elapsed_s=r.get("elapsed_s"), complete=r.get("complete"),
+                   skipped_done=r.get("skipped_done"), points=len({x["point"] for x in r["rows"] if x.get("repeat", 0) == 0}))
+              for r in runs],
+        warnings=warnings, missing=missing, ceilings=ceilings, rows=rows,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# What the merged rows say
+
+
+def triton_ratios(rows: Iterable[dict]) -> list[dict]:
+    """One record per Triton row (a point's measurement, not its repeats): its times, its share of the
+    ceiling, and its speed against the fastest correct peer of the same measurement."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("repeat", 0) == 0:
+            groups.setdefault((r.get("session", 0), r["point"], r["mode"]), []).append(r)
+    out = []
+    for rs in groups.values():
+        t = next((r for r in rs if r["impl"] == "triton"), None)
+        if t is None:
+            continue
+        peers = [r for r in rs if r["impl"] != "triton" and r.get("ok")]
+
+        def fastest(key: str) -> dict | None:
+            timed = [r for r in peers if r.get(key)]
+            return min(timed, key=lambda r: r[key]) if timed else None
+
+        rec = {k: t.get(k) for k in ("point", "regime", "origin", "split", "M", "N", "dtype", "mode", "ok", "detail",
+                                     "gpu_us", "whole_us", "host_us", "gpu_tbps", "pct_of_ceiling")}
+        rec["group"] = group_of(t)
+        for key, name in (("gpu_us", "gpu"), ("whole_us", "whole")):
+            p = fastest(key)
+            rec[f"peer_{name}"] = p["impl"] if p else None
+            rec[f"peer_{name}_us"] = p[key] if p else None
+            rec[f"vs_peer_{name}"] = p[key] / t[key] if p and t.get(key) else None
+        host_peer = next((r for r in peers if r["impl"] == HOST_PEER and r.get("host_us")), None)
+        rec["host_ratio"] = t["host_us"] / host_peer["host_us"] if host_peer and t.get("host_us") else None
+        out.append(rec)
+    return out
+
+
+def _order(rec: dict) -> tuple:
+    def idx(seq, v):
+        return seq.index(v) if v in seq else len(seq)
+
+    return idx(REGIME_ORDER, rec["regime"]), idx(GROUP_ORDER, rec["group"]), idx(MODES, rec["mode"])
+
+
+def point_label(rec: dict) -> str:
+    return f"{rec['dtype']} {rec['M']}x{rec['N']}"
+
+
+def worst_table(ratios: Sequence[dict]) -> list[dict]:
+    """Per (regime, group, mode): the lowest speed against the fastest peer (GPU and whole call) and the
+    lowest share of the ceiling, with where each happens, and the median share."""
+    keys = sorted({(r["regime"], r["group"], r["mode"]) for r in ratios}, key=lambda k: _order(dict(regime=k[0], group=k[1], mode=k[2])))
+    table = []
+    for regime, group, mode in keys:
+        recs = [r for r in ratios if (r["regime"], r["group"], r["mode"]) == (regime, group, mode)]
+        entry = dict(regime=regime, group=group, mode=mode, points=len(recs))
+        for key, name in (("vs_peer_gpu", "gpu"), ("vs_peer_whole", "whole")):
+            have = [r for r in recs if r.get(key) is not None]
+            w = min(have, key=lambda r: r[key]) if have else None
+            entry[f"worst_vs_peer_{name}"] = w[key] if w else None
+            entry[f"worst_vs_peer_{name}_at"] = f"{point_label(w)}, {w[f'peer_{name}']}" if w else None
+        have = [r for r in recs if r.get("pct_of_ceiling") is not None]
+        w = min(have, key=lambda r: r["pct_of_ceiling"]) if have else None
+        entry["worst_pct"] = w["pct_of_ceiling"] if w else None
+        entry["worst_pct_at"] = point_label(w) if w else None
+        entry["median_pct"] = statistics.median(r["pct_of_ceiling"] for r in have) if have else None
+        table.append(entry)
+    return table
+
+
+def _spread(values: list[float]) -> float | None:
+    return (max(values) - min(values)) / min(values) if len(values) >= 2 and min(values) > 0 else None
+
+
+def noise_summary(rows: Iterable[dict]) -> dict:
+    """Spread of the times of every (point, impl, mode) measured more than once, per mode, and the stated
+    noise: the largest GPU-time spread."""
+    samples: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("ok") and r.get("gpu_us"):
+            samples.setdefault((r["point"], r["impl"], r["mode"]), []).append(r)
+    entries = []
+    for (point, impl, mode), rs in samples.items():
+        if len(rs) < 2:
+            continue
+        entries.append(dict(point=point, impl=impl, mode=mode, measurements=len(rs), runs=len({r.get("session", 0) for r in rs}),
+                            gpu_us=[r["gpu_us"] for r in rs], gpu_spread=_spread([r["gpu_us"] for r in rs]),
+                            whole_spread=_spread([r["whole_us"] for r in rs if r.get("whole_us")])))
+    by_mode = {}
+    for mode in MODES:
+        es = [e for e in entries if e["mode"] == mode]
+        g = [e["gpu_spread"] for e in es if e["gpu_spread"] is not None]
+        w = [e["whole_spread"] for e in es if e["whole_spread"] is not None]
+        by_mode[mode] = dict(series=len(es), measurements=sum(e["measurements"] for e in es),
+                             gpu_median=statistics.median(g) if g else None, gpu_max=max(g) if g else None,
+                             whole_median=statistics.median(w) if w else None, whole_max=max(w) if w else None)
+    gpu = [e["gpu_spread"] for e in entries if e["gpu_spread"] is not None]
+    whole = [e["whole_spread"] for e in entries if e["whole_spread"] is not None]
+    return dict(entries=entries, by_mode=by_mode, stated_gpu=max(gpu) if gpu else None, stated_whole=max(whole) if whole else None)
+
+
+def _miss(rec: dict, value, why: str) -> dict:
+    return dict(point=rec["point"], mode=rec["mode"], label=point_label(rec), value=value, why=why)
+
+
+def targets(ratios: Sequence[dict], noise: float | None) -> list[dict]:
+    """Issue 19's targets (and issue 9's host-time bound), each with the records it covers, how many
+    meet it, and every miss. Speed against the peers counts as met within ``noise`` (a fraction)."""
+    tol = noise or 0.0
+    out = []
+
+    def add(name: str, recs: list[dict], judge) -> None:
+        misses, within = [], 0
+        for rec in recs:
+            verdict = judge(rec)
+            if verdict is True:
+                continue
+            if verdict == "within noise":
+                within += 1
+                continue
+            misses.append(verdict)
+        out.append(dict(target=name, checked=len(recs), met=len(recs) - len(misses), within_noise=within, misses=misses))
+
+    lo, hi = TARGET_N_RANGE
+    for mode in MODES:
+        recs = [r for r in ratios if r["regime"] == "large" and r["origin"] == "sweep" and lo <= r["N"] <= hi and r["mode"] == mode]
+        limit = TARGET_PCT[mode]
+
+        def share(rec, limit=limit):
+            v = rec.get("pct_of_ceiling")
+            if v is None:
+                return _miss(rec, None, "no GPU time" if rec.get("ok") else f"wrong result: {rec.get('detail')}")
+            return True if v >= limit else _miss(rec, v, f"{v:.1f}% of the copy ceiling, under {limit:.0f}%")
+
+        add(f"large regime, N {lo}-{hi}, every dtype: {mode} at {limit:.0f}% or more of the copy ceiling (GPU time)", recs, share)
+
+    def vs_peer(rec):
+        v = rec.get("vs_peer_gpu")
+        if v is None:
+            if not rec.get("ok"):
+                return _miss(rec, None, f"wrong result: {rec.get('detail')}")
+            return True if rec.get("peer_gpu") is None and rec.get("gpu_us") else _miss(rec, None, "no GPU time")
+        if v >= 1.0:
+            return True
+        if v >= 1.0 - tol:
+            return "within noise"
+        return _miss(rec, v, f"{v:.2f}x the speed of {rec['peer_gpu']} ({rec['peer_gpu_us']:.1f} against {rec['gpu_us']:.1f} us)")
+
+    add("every sweep point, both regimes: at least as fast as the fastest peer (GPU time, within the noise)",
+        [r for r in ratios if r["origin"] == "sweep"], vs_peer)
+    add("shapes outside the sweep (between its points and N > 16384): at least as fast as the fastest peer (GPU time, within the noise)",
+        [r for r in ratios if r["origin"] == "outside"], vs_peer)
+
+    def host(rec):
+        v = rec.get("host_ratio")
+        if v is None:
+            return True  # no F.rms_norm host time to compare with
+        return True if v <= HOST_RATIO_LIMIT else _miss(rec, v, f"host time {v:.2f}x F.rms_norm's")
+
+    add(f"host time per call at most {HOST_RATIO_LIMIT}x F.rms_norm's (whole call, issue 9)",
+        [r for r in ratios if r.get("host_ratio") is not None], host)
+    add("the Triton path is right at every point (float64 oracle)", list(ratios),
+        lambda rec: True if rec.get("ok") else _miss(rec, None, rec.get("detail") or "wrong"))
+    return out
+
+
+def summarize(merged: dict) -> dict:
+    ratios = triton_ratios(merged["rows"])
+    noise = noise_summary(merged["rows"])
+    return dict(ratios=ratios, worst=worst_table(ratios), noise=noise, targets=targets(ratios, noise["stated_gpu"]))
+
+
+# --------------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _r(v, spec: str = ".2f") -> str:
+    return "–" if v is None else format(v, spec)
+
+
+def _pct(v) -> str:
+    return "–" if v is None else f"{v:.0f}%"
+
+
+def _frac(v) -> str:
+    return "–" if v is None else f"{100 * v:.1f}%"
+
+
+def ceiling_lines(ceilings: Iterable[dict]) -> list[str]:
+    by_regime: dict[str, list[dict]] = {}
+    for c in ceilings:
+        by_regime.setdefault(c["regime"], []).append(c)
+    lines = []
+    for regime, cs in by_regime.items():
+        gpu = [c["gpu_tbps"] for c in cs if c.get("gpu_tbps")]
+        whole = [c["whole_tbps"] for c in cs if c.get("whole_tbps")]
+        if gpu:
+            lines.append(f"- {regime} ({cs[0]['bytes'] / 2 / 2**20:.0f} MiB copied): GPU {min(gpu):.2f}-{max(gpu):.2f} TB/s over "
+                         f"{len(gpu)} measurements (a row uses its own run's larger one); whole call {min(whole):.2f}-{max(whole):.2f} TB/s")
+    return lines
+
+
+def markdown(merged: dict, summary: dict | None = None) -> str:
+    s = summary or summarize(merged)
+    out = [f"# Benchmark sweep: {merged.get('device')}", "",
+           f"torch {merged.get('torch')}, Triton {merged.get('triton')}, liger-kernel {merged.get('liger_kernel')}; "
+           f"sweep `{merged.get('shapes')}` ({merged.get('definition')}).", ""]
+    for run in merged["runs"]:
+        el = run.get("elapsed_s")
+        out.append(f"- run {run['part']} ({run['date']}): {run['points']} points, {'' if el is None else f'{el:.0f} s, '}"
+                   f"{'complete' if run.get('complete') else 'INCOMPLETE'} — `{Path(run['file']).name}`")
+    out += [f"- warning: {w}" for w in merged.get("warnings", [])]
+    if not merged.get("timed"):
+        out += ["", "No timings: these runs had no CUDA GPU (correctness only)."]
+    cl = ceiling_lines(merged.get("ceilings", []))
+    if cl:
+        out += ["", "Copy ceiling (device-to-device `copy_`, bytes read + written):", *cl]
+    out += ["", "## Worst ratios", "",
+            "Speed against the fastest correct peer at the same point: the peer's time divided by Triton's (below 1: Triton "
+            "slower). GPU: CUDA-graph replays; whole call: eager calls with their host work. Share of the ceiling: GPU time.", "",
+            "| regime | points | mode | n | vs fastest peer, GPU | at | vs fastest peer, whole call | at | % of ceiling, worst | at | % of ceiling, median |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for e in s["worst"]:
+        out.append(f"| {e['regime']} | {e['group']} | {e['mode']} | {e['points']} | {_r(e['worst_vs_peer_gpu'])} | {e['worst_vs_peer_gpu_at'] or '–'} "
+                   f"| {_r(e['worst_vs_peer_whole'])} | {e['worst_vs_peer_whole_at'] or '–'} | {_pct(e['worst_pct'])} | {e['worst_pct_at'] or '–'} "
+                   f"| {_pct(e['median_pct'])} |")
+    n = s["noise"]
+    out += ["", "## Noise", "",
+            "Points measured more than once (each run repeats the noise points at its end): spread (max - min) / min of the times "
+            "of one implementation and direction.", "",
+            "| mode | series | measurements | GPU, median | GPU, max | whole call, median | whole call, max |", "|---|---|---|---|---|---|---|"]
+    for mode, b in n["by_mode"].items():
+        out.append(f"| {mode} | {b['series']} | {b['measurements']} | {_frac(b['gpu_median'])} | {_frac(b['gpu_max'])} "
+                   f"| {_frac(b['whole_median'])} | {_frac(b['whole_max'])} |")
+    out += ["", f"Stated noise (largest GPU-time spread): {_frac(n['stated_gpu'])}; whole call: {_frac(n['stated_whole'])}."]
+    out += ["", "## Targets", ""]
+    for t in s["targets"]:
+        within = f", {t['within_noise']} of them within the noise" if t["within_noise"] else ""
+        out.append(f"- **{t['target']}**: {t['met']} of {t['checked']} met{within}.")
+        for m in t["misses"]:
+            out.append(f"  - miss: {m['label']} {m['mode']}: {m['why']}")
+    out += ["", "## Coverage", ""]
+    out.append(f"- points missing from the runs: {len(merged.get('missing', []))}" + (f" ({', '.join(merged['missing'])})" if merged.get("missing") else ""))
+    failed_peers: dict[str, int] = {}
+    for r in merged["rows"]:
+        if r["impl"] != "triton" and not r.get("ok") and r.get("repeat", 0) == 0:
+            failed_peers[f"{r['impl']} {r['mode']}"] = failed_peers.get(f"{r['impl']} {r['mode']}", 0) + 1
+    if failed_peers:
+        out.append("- peers failing the oracle check (not timed, no peer there): " + ", ".join(f"{k} at {v} point(s)" for k, v in sorted(failed_peers.items())))
+    prof = [r for r in merged["rows"] if r.get("gpu_method") == "profiler"]
+    if prof:
+        out.append(f"- GPU times from the profiler's kernel records instead of a CUDA graph: {len(prof)} row(s): "
+                   + ", ".join(sorted({f"{r['impl']} {r['mode']}" for r in prof})) + f" (first note: {prof[0].get('gpu_note')})")
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------
+# The command
+
+
+def write_merged(merged: dict, outputs: Path) -> tuple[Path, Path, dict]:
+    from . import figures
+
+    outputs = Path(outputs)
+    outputs.mkdir(parents=True, exist_ok=True)
+    s = summarize(merged)
+    data = dict(merged, noise=s["noise"], worst=s["worst"], targets=s["targets"])
+    json_path = outputs / MERGED_JSON
+    json_path.write_text(json.dumps(data, indent=1, allow_nan=False))
+    md_path = outputs / MERGED_MD
+    md_path.write_text(markdown(merged, s))
+    (outputs / "figures").mkdir(exist_ok=True)
+    fig = figures.sweep_figure(json_path, outputs / "figures" / FIGURE)
+    return json_path, md_path, dict(name=fig.name, status=fig.status, detail=fig.detail, path=fig.path)
+
+
+def merge_command(paths: Sequence[Path], outputs: Path) -> int:
+    import sys
+
+    paths = list(paths) or sorted(Path(outputs).glob("benchmark-sweep.part*.json"))
+    if not paths:
+        print(f"sweep merge: no run files given and none in {outputs} (benchmark-sweep.part*.json)", file=sys.stderr)
+        return 2
+    try:
+        merged = merge(load_runs(paths))
+    except MergeError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    json_path, md_path, fig = write_merged(merged, outputs)
+    print(md_path.read_text())
+    print(f"wrote {json_path}, {md_path}; figure {fig['name']}: {fig['status']} ({fig['detail']})")
+    wrong = [r for r in merged["rows"] if r["impl"] == "triton" and not r.get("ok")]
+    return 1 if wrong else 0
