@@ -18,7 +18,7 @@ from rmsnorm_kernel.ops.tolerances import TOLERANCES, TRAINING_CURVE_RTOL
 from rmsnorm_kernel.training.checkpoints import read_checkpoint
 from rmsnorm_kernel.training.events import read_scalars
 from rmsnorm_kernel.training.run import RunResult, build, failed_checks
-from tests.helpers import compose_cfg, train_process
+from tests.helpers import DEVICE, compose_cfg, train_process
 
 from .helpers import (
     assert_same_tree,
@@ -70,6 +70,11 @@ def check_scalars(s, impl, steps, val_every, parity_every, window):
     assert [v for _, v in s["calls/parity_backward"]] == [float(i + 1) for i in range(len(checks))]
     assert [step for step, _ in s["time/step_ms"]] == sorted({*range(window - 1, steps, window), steps - 1})
     assert all(v > 0 for _, v in s["time/step_ms"])
+    if DEVICE == "cuda":  # the norm's GPU time in each window, a part of the step's
+        assert [step for step, _ in s["time/rmsnorm_ms"]] == [step for step, _ in s["time/step_ms"]]
+        assert all(0 < norm < whole for (_, norm), (_, whole) in zip(s["time/rmsnorm_ms"], s["time/step_ms"]))
+    else:
+        assert "time/rmsnorm_ms" not in s  # no GPU, no GPU time
     assert s["reload/max_abs_diff"] == [(steps, 0.0)]
     assert len(s["time/run_s"]) == 1 and s["time/run_s"][0][0] == steps and s["time/run_s"][0][1] > 0
     expected_calls = steps if impl == "triton" else 0
@@ -196,6 +201,8 @@ def test_compile_and_mixed_precision_train_on_both_paths(tmp_path, impl, option)
     s = read_scalars(result.log_dir)
     assert s["calls/forward"][-1][1] == (STEPS if impl == "triton" else 0)
     assert s["reload/max_abs_diff"] == [(STEPS, 0.0)]
+    if option == "compile=true":  # the norm is inside a compiled graph: not timed on its own
+        assert "time/rmsnorm_ms" not in s and "time/step_ms" in s
 
 
 @pytest.mark.slow
@@ -250,9 +257,11 @@ def test_each_run_folder_carries_the_comparison_layout_and_its_charts_name_logge
         charts = {c.title: list(c.multiline.tag) for c in category.chart}
         assert list(charts) == [
             "train/mse", "val/mse", "parity: largest |difference| of outputs and gradients",
-            "parity: worst difference / tolerance (the run stops past 1)", "time/step_ms (median of each logging window)",
+            "parity: worst difference / tolerance (the run stops past 1)",
+            "time/step_ms and time/rmsnorm_ms (medians of each logging window)",
         ]
         tags = read_scalars(result.log_dir)
+        unmeasured = {r"^time/rmsnorm_ms$"} if DEVICE == "cpu" else set()  # GPU time: none without a GPU
         for title, patterns in charts.items():  # every pattern draws a tag the run logged
-            for pattern in patterns:
+            for pattern in set(patterns) - unmeasured:
                 assert [t for t in tags if re.search(pattern, t)], (impl, title, pattern)

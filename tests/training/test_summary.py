@@ -41,6 +41,11 @@ def test_the_summary_of_a_run_that_passed():
     ]
 
 
+def test_the_summary_gives_the_norms_share_of_a_step_where_a_gpu_measured_it():
+    line = format_summary(result(metrics={**METRICS, "time/rmsnorm_ms": 0.375})).splitlines()[1]
+    assert line == "  path triton, backend interpreter, 4 steps, 1.2 s, median step 1.5 ms (RMSNorm 0.375 ms of it, GPU time)"
+
+
 def test_the_summary_of_a_resumed_run_that_failed_lists_its_failures():
     metrics = {**METRICS, "parity/initial_output_err": None, "parity/initial_grad_err": None, "reload/max_abs_diff": 0.5}
     lines = format_summary(result(metrics=metrics, failures=["reload parity: one", "integration: two"])).splitlines()
@@ -54,7 +59,8 @@ def row(name, test_mse, ok=True):
     return {"run": name, "backend": "cuda", "steps": 100, "train/mse": 0.5, "val/mse": 0.25, "test/mse": test_mse,
             "calls/forward": 100.0, "calls/backward": 100.0, "parity/initial_output_err": 1.25e-07,
             "parity/initial_grad_err": 0.0, "parity/worst_over_tol": 0.5, "calls/parity_forward": 5.0,
-            "reload/max_abs_diff": 0.0, "time/step_ms": 2.0, "initial_weights_sha256": "0123456789abcdef",
+            "reload/max_abs_diff": 0.0, "time/step_ms": 2.0, "time/rmsnorm_ms": 0.5,
+            "initial_weights_sha256": "0123456789abcdef",
             "seconds": 3.5, "ok": ok, "log_dir": "unused"}
 
 
@@ -76,6 +82,7 @@ def test_the_table_has_one_column_per_run_and_the_test_mse_difference_of_two():
         "| calls/parity_forward | 5 | 5 |",
         "| reload/max_abs_diff | 0 | 0 |",
         "| time/step_ms | 2 | 2 |",
+        "| time/rmsnorm_ms | 0.5 | 0.5 |",
         "| initial_weights_sha256 | 0123456789abcdef | 0123456789abcdef |",
         "| seconds | 3.5 | 3.5 |",
         "| ok | True | False |",

@@ -153,32 +153,83 @@ class StepTimer(L.Callback):
     parity check and before the checkpoints that end it: the callbacks are listed in that order in
     ``run.py``. With a GPU, the clock is read after synchronising with it, so a step's time includes
     its kernels. Validation is not timed.
+
+    ``time/rmsnorm_ms``, with ``norm_events=True`` on a GPU: the GPU time of the RMSNorm layer in each
+    step, forward and backward, from CUDA events recorded on the stream the layer runs on: before and
+    after its forward (module hooks), and in backward from the moment the gradient of its output exists
+    to the moment the gradient of its input is complete (tensor hooks). The median per window, like
+    ``time/step_ms``. It is not logged on the CPU (the interpreter's time says nothing about a GPU) nor
+    under ``compile=true``, where the layer is fused into a compiled graph and has no edges to time.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, norm_events: bool = False) -> None:
+        self.norm_events = norm_events
         self.window: list[float] = []
+        self.norm_window: list[float] = []
         self.medians: list[float] = []  # every logged value, for the run's summary
+        self.norm_medians: list[float] = []
         self._start = 0.0
+        self._events: dict[str, torch.cuda.Event] = {}
+        self._hooks: list = []
 
     @staticmethod
     def _sync(pl_module) -> None:
         if pl_module.device.type == "cuda":
             torch.cuda.synchronize(pl_module.device)
 
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self.norm_events and pl_module.device.type == "cuda" and not self._hooks:
+            norm = pl_module.net.norm
+            self._hooks = [norm.register_forward_pre_hook(self._before_norm), norm.register_forward_hook(self._after_norm)]
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+
+    def _record(self, name: str) -> None:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        self._events[name] = event
+
+    def _before_norm(self, module, args) -> None:
+        if not (module.training and torch.is_grad_enabled()):
+            return  # validation and test
+        self._record("forward_start")
+        if args[0].requires_grad:  # the gradient of the input is complete: the layer's backward ended
+            args[0].register_hook(lambda grad: self._record("backward_end"))
+
+    def _after_norm(self, module, args, output) -> None:
+        if "forward_start" not in self._events:
+            return
+        self._record("forward_end")
+        if output.requires_grad:  # the gradient of the output exists: the layer's backward starts
+            output.register_hook(lambda grad: self._record("backward_start"))
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._events = {}
         self._sync(pl_module)
         self._start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._sync(pl_module)
         self.window.append((time.perf_counter() - self._start) * 1e3)
+        e = self._events
+        if {"forward_start", "forward_end", "backward_start", "backward_end"} <= e.keys():
+            self.norm_window.append(
+                e["forward_start"].elapsed_time(e["forward_end"]) + e["backward_start"].elapsed_time(e["backward_end"])
+            )
         step = trainer.global_step  # counts the step that just ended
         if step % trainer.log_every_n_steps == 0 or step >= trainer.max_steps:
-            median = statistics.median(self.window)
+            metrics = {"time/step_ms": statistics.median(self.window)}
+            self.medians.append(metrics["time/step_ms"])
+            if self.norm_window:
+                metrics["time/rmsnorm_ms"] = statistics.median(self.norm_window)
+                self.norm_medians.append(metrics["time/rmsnorm_ms"])
             self.window.clear()
-            self.medians.append(median)
+            self.norm_window.clear()
             if trainer.logger is not None:
-                trainer.logger.log_metrics({"time/step_ms": median}, step=step - 1)
+                trainer.logger.log_metrics(metrics, step=step - 1)
 
 
 class Interrupted(RuntimeError):

@@ -47,7 +47,7 @@ LAYOUT = {
         "val/mse": ["Multiline", [r"^val/mse$"]],
         "parity: largest |difference| of outputs and gradients": ["Multiline", [r"^parity/output_err$", r"^parity/grad_err$"]],
         "parity: worst difference / tolerance (the run stops past 1)": ["Multiline", [r"^parity/worst_over_tol$"]],
-        "time/step_ms (median of each logging window)": ["Multiline", [r"^time/step_ms$"]],
+        "time/step_ms and time/rmsnorm_ms (medians of each logging window)": ["Multiline", [r"^time/step_ms$", r"^time/rmsnorm_ms$"]],
     }
 }
 

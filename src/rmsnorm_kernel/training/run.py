@@ -59,6 +59,7 @@ class RunResult:
     calls: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     step_ms: float = float("nan")  # the median of the step timer's window medians
+    rmsnorm_ms: float = float("nan")  # the same for the RMSNorm layer's GPU time (nan: not measured)
     failures: list[str] = field(default_factory=list)
     parity_skipped: str = ""  # why the initial parity check compared nothing
     fallback_reason: str = ""  # the first reason a training step went to the reference
@@ -273,7 +274,7 @@ def train_and_check(
             mark_restart(logger, resume.global_step)
         write_layout(logger)
     parity = Parity(cfg.parity.every_n_steps)
-    timer = StepTimer()
+    timer = StepTimer(norm_events=not cfg.compile)
     on_signal = SaveOnSignal(checkpoint_dir)
     checkpoints = ModelCheckpoint(
         dirpath=checkpoint_dir,
@@ -332,6 +333,7 @@ def train_and_check(
     result.parity_skipped = parity.skipped or ""
     result.seconds = time.perf_counter() - start
     result.step_ms = statistics.median(timer.medians) if timer.medians else float("nan")
+    result.rmsnorm_ms = statistics.median(timer.norm_medians) if timer.norm_medians else float("nan")
     if not trainer.is_global_zero:
         return result  # the checks below read and write files: process 0 runs them, in one process
     diff, reloaded_impl = reload_max_abs_diff(module, final, data, trainer.strategy.root_device)
@@ -347,6 +349,7 @@ def train_and_check(
         "parity/worst_over_tol": parity.worst_over_tol,
         "reload/max_abs_diff": diff,
         "time/step_ms": result.step_ms,
+        "time/rmsnorm_ms": result.rmsnorm_ms,
     }
     result.failures = failed_checks(cfg, result, parity, diff, reloaded_impl)
     params = {**flat_hparams(cfg), "backend": backend()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import sys
@@ -19,16 +20,18 @@ from .run import RunResult
 TABLE_KEYS = (
     "backend", "steps", "train/mse", "val/mse", "test/mse", "calls/forward", "calls/backward",
     "parity/initial_output_err", "parity/initial_grad_err", "parity/worst_over_tol", "calls/parity_forward",
-    "reload/max_abs_diff", "time/step_ms", "initial_weights_sha256", "seconds", "ok",
+    "reload/max_abs_diff", "time/step_ms", "time/rmsnorm_ms", "initial_weights_sha256", "seconds", "ok",
 )
 
 
 def format_summary(r: RunResult) -> str:
     m = r.metrics
+    norm_ms = m.get("time/rmsnorm_ms", math.nan)  # measured on a GPU only
     lines = [
         f"run {r.name}: {'OK' if r.ok else 'FAILED'}",
         f"  path {r.impl}, backend {r.backend}, {r.steps} steps, {r.seconds:.1f} s, "
-        f"median step {m.get('time/step_ms', float('nan')):.3g} ms",
+        f"median step {m.get('time/step_ms', float('nan')):.3g} ms"
+        + ("" if math.isnan(norm_ms) else f" (RMSNorm {norm_ms:.3g} ms of it, GPU time)"),
         f"  mse: train {m.get('train/mse', float('nan')):.6f}, val {m.get('val/mse', float('nan')):.6f}, "
         f"test {m.get('test/mse', float('nan')):.6f}",
         f"  Triton calls: train forward {r.calls.get('train/forward')}, backward {r.calls.get('train/backward')}; "
@@ -101,6 +104,7 @@ def table_row(r: RunResult) -> dict:
         "calls/parity_forward": last(s, "calls/parity_forward"),
         "reload/max_abs_diff": last(s, "reload/max_abs_diff"),
         "time/step_ms": median(s, "time/step_ms"),  # the median of the windows' medians
+        "time/rmsnorm_ms": median(s, "time/rmsnorm_ms"),  # nan where not measured (CPU, compile=true)
         "initial_weights_sha256": r.initial_weights_sha256[:16],
         "seconds": round(r.seconds, 1),
         "ok": r.ok,
