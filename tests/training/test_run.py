@@ -265,3 +265,26 @@ def test_each_run_folder_carries_the_comparison_layout_and_its_charts_name_logge
         for title, patterns in charts.items():  # every pattern draws a tag the run logged
             for pattern in set(patterns) - unmeasured:
                 assert [t for t in tags if re.search(pattern, t)], (impl, title, pattern)
+
+
+@pytest.mark.parametrize(
+    ("rank", "env", "zero"),
+    [
+        (0, {}, True),
+        (1, {}, False),
+        (0, {"NODE_RANK": "1"}, False),  # Lightning's own launcher: process 0 of machine 1
+        (0, {"GROUP_RANK": "1"}, False),  # torchrun's machine 1 (its RANK also says so)
+        (0, {"NODE_RANK": "0", "GROUP_RANK": "0"}, True),
+    ],
+)
+def test_only_global_process_0_claims_folders_before_the_trainer_exists(monkeypatch, rank, env, zero):
+    from lightning.pytorch.utilities import rank_zero_only
+
+    from rmsnorm_kernel.training.run import process_zero
+
+    monkeypatch.setattr(rank_zero_only, "rank", rank)
+    for key in ("NODE_RANK", "GROUP_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert process_zero() is zero

@@ -18,6 +18,7 @@ Before the model is built, the runs and checkpoint folders are created and prove
 from __future__ import annotations
 
 import hashlib
+import os
 import statistics
 import time
 import warnings
@@ -43,6 +44,13 @@ from .events import run_event_writer, write_layout
 from .model import RMSNormRegressor, TrainingStopped
 from .paths import claim_version, prepare_folder, project_path, remove_folders, run_name
 from .resume import mark_branch, mark_restart, resolve_resume
+
+
+def process_zero() -> bool:
+    """Global process 0, asked before the Trainer exists (Lightning sets ``rank_zero_only.rank`` to the
+    global rank when the Trainer is built; before that it holds the environment's RANK, LOCAL_RANK or
+    SLURM_PROCID, and under Lightning's own launcher NODE_RANK alone names the machine)."""
+    return rank_zero_only.rank == 0 and int(os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", "0"))) == 0
 
 
 @dataclass
@@ -234,7 +242,7 @@ def run(cfg: DictConfig) -> RunResult:
     # A resumed run continues the run it came from: same TensorBoard folder, same checkpoint folder;
     # a branch (see resume.py) gets the next version folder.
     version = resume.version if resume is not None else None
-    if version is None and rank_zero_only.rank == 0:
+    if version is None and process_zero():
         version = claim_version(project_path(cfg.paths.runs) / name, project_path(cfg.paths.checkpoints) / name)
     logger = TensorBoardLogger(
         save_dir=str(project_path(cfg.paths.runs)), name=name, version=version, default_hp_metric=False
@@ -242,7 +250,7 @@ def run(cfg: DictConfig) -> RunResult:
     checkpoint_dir = project_path(cfg.paths.checkpoints) / name / f"version_{logger.version}"
     # One process at a time writes a run's checkpoint folder: its lock file (checkpoints.RunLock) is held
     # until the end, and the operating system releases it when the process dies.
-    lock = RunLock(checkpoint_dir) if rank_zero_only.rank == 0 else None
+    lock = RunLock(checkpoint_dir) if process_zero() else None
     if lock is not None:
         lock.acquire()
     try:
@@ -265,7 +273,7 @@ def train_and_check(
     """The body of ``run`` once its folders are known and locked: training, the end, the checks."""
     # Under data parallelism every process runs this function; process 0 alone writes files (Lightning
     # routes logging and checkpoint writing through it, and these lines follow the same rule).
-    if rank_zero_only.rank == 0:
+    if process_zero():
         remove_stale_temporaries(checkpoint_dir)
         if resume is not None and resume.branch:
             result.branched_from = f"{resume.path} at step {resume.global_step}"
