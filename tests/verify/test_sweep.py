@@ -14,6 +14,7 @@ from rmsnorm_kernel.ops.reference import manual_backward, oracle, rmsnorm_refere
 from rmsnorm_kernel.verify import benchmark as bm
 from rmsnorm_kernel.verify import figures
 from rmsnorm_kernel.verify import sweep as sw
+from rmsnorm_kernel.verify import sweep_measure as sm
 from rmsnorm_kernel.verify import sweep_report as sr
 from rmsnorm_kernel.verify.inputs import make_inputs
 from rmsnorm_kernel.verify.mutants import forward_block_mean
@@ -163,8 +164,8 @@ def test_part_and_impl_arguments_are_checked():
 
 
 def test_checked_rows_are_all_up_to_the_limit_then_edges_and_a_spread():
-    assert sw.check_rows(4096, 4096) is None  # 2**24 elements: every row
-    rows = sw.check_rows(131072, 4096)
+    assert sm.check_rows(4096, 4096) is None  # 2**24 elements: every row
+    rows = sm.check_rows(131072, 4096)
     assert rows == sorted(set(rows)) and rows[0] == 0 and rows[-1] == 131071
     assert set(range(64)) <= set(rows) and set(range(131072 - 64, 131072)) <= set(rows)
     assert len(rows) <= 64 + 64 + 128
@@ -172,21 +173,21 @@ def test_checked_rows_are_all_up_to_the_limit_then_edges_and_a_spread():
 
 def test_expected_outputs_on_some_rows_are_the_oracle_on_those_rows(device):
     x, gamma, dy = make_inputs((37, 33), torch.bfloat16, device)
-    rows = sw.check_rows(37, 33, full_limit=0)
+    rows = sm.check_rows(37, 33, full_limit=0)
     assert rows == list(range(37))  # fewer rows than the edges take: all of them, still by index
     rows = [0, 5, 36]
-    y, dx, dgamma = sw.expected_outputs(x, gamma, dy, rows)
+    y, dx, dgamma = sm.expected_outputs(x, gamma, dy, rows)
     full = oracle(x, gamma, dy)
     assert torch.equal(y, full[0][rows]) and torch.equal(dx, full[1][rows])
     assert torch.equal(dgamma, full[2])  # the same float64 sum, in chunks, rounded to bfloat16
-    assert sw.check_selected((full[0], full[1], full[2]), (y, dx, dgamma), rows).ok
-    assert not sw.check_selected((full[0], full[1] * 1.5, full[2]), (y, dx, dgamma), rows).ok
+    assert sm.check_selected((full[0], full[1], full[2]), (y, dx, dgamma), rows).ok
+    assert not sm.check_selected((full[0], full[1] * 1.5, full[2]), (y, dx, dgamma), rows).ok
 
 
 def test_dgamma_is_summed_over_every_row_in_chunks(device, monkeypatch):
-    monkeypatch.setattr(sw, "DGAMMA_CHUNK_ELEMENTS", 64)  # 64 // 33 = 1 row per chunk
+    monkeypatch.setattr(sm, "DGAMMA_CHUNK_ELEMENTS", 64)  # 64 // 33 = 1 row per chunk
     x, gamma, dy = make_inputs((9, 33), torch.float32, device)
-    _, _, dgamma = sw.expected_outputs(x, gamma, dy, [0])
+    _, _, dgamma = sm.expected_outputs(x, gamma, dy, [0])
     want = manual_backward(x.double(), gamma.double(), dy.double())[1].float()
     torch.testing.assert_close(dgamma, want, rtol=1e-12, atol=1e-12)
 
@@ -217,7 +218,7 @@ class FakeTimers:
             restore()
         problem = verify(call())
         self.verified.append(problem)
-        return (1e-4, sw.GRAPH, "") if problem is None else (3e-4, sw.PROFILER, f"replay wrong ({problem})")
+        return (1e-4, sm.GRAPH, "") if problem is None else (3e-4, sm.PROFILER, f"replay wrong ({problem})")
 
 
 class _InPlaceGrad(torch.autograd.Function):
@@ -244,39 +245,61 @@ def _in_place(x, g):
 def test_a_replay_is_checked_after_the_inputs_a_call_overwrites_are_put_back(device, restore):
     point = sw.Point("tiny", "tiny", 4, 64, "float32")
     inputs = make_inputs((4, 64), torch.float32, device)
-    expected = sw.expected_outputs(*inputs, None)
+    expected = sm.expected_outputs(*inputs, None)
     timers = FakeTimers(restore)
-    row = sw.measure_row(point, bm.FWD_BWD, "inplace", _in_place, inputs, expected, None, timers)
+    row = sm.measure_row(point, bm.FWD_BWD, "inplace", _in_place, inputs, expected, None, timers)
     assert row.ok  # the first call gets its own copy of dy
     if restore:
-        assert timers.verified == [None] and row.gpu_method == sw.GRAPH and row.gpu_us == pytest.approx(100.0)
+        assert timers.verified == [None] and row.gpu_method == sm.GRAPH and row.gpu_us == pytest.approx(100.0)
     else:  # the calls before turned dy into dx of dx...: the replay is wrong, the profiler times it
-        assert timers.verified[0] is not None and row.gpu_method == sw.PROFILER and "replay wrong" in row.gpu_note
+        assert timers.verified[0] is not None and row.gpu_method == sm.PROFILER and "replay wrong" in row.gpu_note
 
 
 def test_a_row_holds_both_times_its_bandwidth_and_its_share_of_the_ceiling(device):
     point = sw.Point("large", "sweep", 4, 1024, "bfloat16")  # a stand-in: only the regime's ceiling matters here
     inputs = make_inputs((4, 1024), torch.bfloat16, device)
-    expected = sw.expected_outputs(*inputs, None)
-    row = sw.measure_row(point, bm.FWD, "reference", lambda x, g: rmsnorm_reference(x, g, bm.EPS), inputs, expected, None, FakeTimers())
+    expected = sm.expected_outputs(*inputs, None)
+    row = sm.measure_row(point, bm.FWD, "reference", lambda x, g: rmsnorm_reference(x, g, bm.EPS), inputs, expected, None, FakeTimers())
     nbytes = 2 * 4 * 1024 * 2 + 1024 * 2
     assert row.ok and row.bytes == nbytes and row.checked_rows == 4
     assert row.whole_us == pytest.approx(200.0) and row.host_us == pytest.approx(50.0) and row.gpu_us == pytest.approx(100.0)
     assert row.gpu_tbps == pytest.approx(nbytes / 1e-4 / 1e12) and row.whole_tbps == pytest.approx(nbytes / 2e-4 / 1e12)
     ceilings = [dict(regime="large", gpu_tbps=2e-7), dict(regime="large", gpu_tbps=4e-7), dict(regime="mid", gpu_tbps=1.0)]
-    sw.apply_ceilings([row], ceilings)  # the larger of the regime's two measurements
+    sm.apply_ceilings([row], ceilings)  # the larger of the regime's two measurements
     assert row.ceiling_tbps == 4e-7 and row.pct_of_ceiling == pytest.approx(100 * nbytes / 1e-4 / 1e12 / 4e-7)
 
 
 def test_a_wrong_implementation_fails_its_check_and_is_not_timed(device):
     point = sw.Point("tiny", "tiny", 5, 257, "float32")
     inputs = make_inputs((5, 257), torch.float32, device)
-    expected = sw.expected_outputs(*inputs, None)
+    expected = sm.expected_outputs(*inputs, None)
     timers = FakeTimers()
-    row = sw.measure_row(point, bm.FWD, "wrong", lambda x, g: forward_block_mean(x, g, bm.EPS), inputs, expected, None, timers)
+    row = sm.measure_row(point, bm.FWD, "wrong", lambda x, g: forward_block_mean(x, g, bm.EPS), inputs, expected, None, timers)
     assert not row.ok and "y outside tolerance" in row.detail and row.gpu_us is None and timers.verified == []
-    row = sw.measure_row(point, bm.FWD_BWD, "wrong", lambda x, g: forward_block_mean(x, g, bm.EPS), inputs, expected, None, timers)
+    row = sm.measure_row(point, bm.FWD_BWD, "wrong", lambda x, g: forward_block_mean(x, g, bm.EPS), inputs, expected, None, timers)
     assert not row.ok and row.detail.startswith("raised")
+
+
+@pytest.mark.parametrize("outcome", ["graph", "wrong replay", "no capture"])
+def test_gpu_time_falls_back_to_the_profiler_and_says_why(monkeypatch, outcome):
+    """CudaTimers.gpu's choice, with the graph and the profiler stubbed (they need a GPU)."""
+    timers, restored = sm.CudaTimers(), []
+
+    def graph(call, restore, verify):
+        if outcome == "no capture":
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return 1e-4, None if outcome == "graph" else "dx outside tolerance"
+
+    monkeypatch.setattr(timers, "_graph", graph)
+    monkeypatch.setattr(timers, "_profiler", lambda call: 2e-4)
+    monkeypatch.setattr(sm.torch.cuda, "synchronize", lambda: None)
+    seconds, method, note = timers.gpu(lambda: None, lambda: restored.append(1), lambda out: None)
+    if outcome == "graph":
+        assert (seconds, method, note, restored) == (1e-4, sm.GRAPH, "", [])
+    else:  # the profiler times the call, on inputs put back first
+        assert (seconds, method, restored) == (2e-4, sm.PROFILER, [1])
+        words = "replay is wrong (dx outside tolerance)" if outcome == "wrong replay" else "no CUDA graph (RuntimeError: operation not"
+        assert words in note and note.endswith("timed from the profiler")
 
 
 class FakeClock:
@@ -299,7 +322,7 @@ def test_a_run_stops_before_a_point_that_would_pass_its_deadline_and_says_what_i
     impls = ["triton", "reference", "F.rms_norm"]
     est = sw.estimate_point_s(points[0], impls, timed=False)
     rows, ceilings, remaining = sw.run_part(
-        points[:2], points[:1], impls, device, sw.NoTimers(), write=lambda *a: writes.append(a), deadline_s=3 + est - 0.5,
+        points[:2], points[:1], impls, device, sm.NoTimers(), write=lambda *a: writes.append(a), deadline_s=3 + est - 0.5,
         impl_factory=clock.factory, log=lines.append, clock=clock)
     # the first point starts at 0 and ends at 3 s; the second would end past 3 + est - 0.5
     assert {r.point for r in rows} == {points[0].id} and remaining == [points[1]]

@@ -1,0 +1,366 @@
+"""Measuring one point of the benchmark sweep: the oracle on the checked rows, the two times, the ceiling.
+
+``verify.sweep`` says which points and runs them; this module checks and times one implementation in one
+direction at one point (``measure_row``), all of a point (``measure_point``) and the copy ceiling
+(``measure_ceiling``). What the two times are and why is in ``verify.sweep``'s docstring; in short:
+
+- the oracle (float64) on every row up to ``FULL_CHECK_ELEMENTS`` elements, else on the first and last
+  ``CHECK_EDGE_ROWS`` rows and ``CHECK_SPREAD_ROWS`` spread between, with dgamma always over all rows;
+- ``CudaTimers.whole``: CUDA events around back-to-back eager calls, and the host time per call;
+- ``CudaTimers.gpu``: the call captured in a CUDA graph, replays timed by ``triton.testing.do_bench``
+  (L2 flushed), the replay checked against the oracle; ``torch.profiler``'s kernel records when the call
+  cannot be captured or its replay is wrong.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..ops.reference import manual_backward, oracle
+from . import benchmark as bm
+from .inputs import make_inputs
+from .report import one_line
+
+if TYPE_CHECKING:
+    from .sweep import Point
+
+MiB = 1 << 20
+EPS = bm.EPS
+FWD, FWD_BWD, MODES = bm.FWD, bm.FWD_BWD, bm.MODES
+
+#: What one row's timing spends: whole calls for about WHOLE_BUDGET_S (at least WHOLE_MIN_SAMPLES samples),
+#: do_bench's warm-up and repetitions in ms of replays, the profiler's calls when there is no graph.
+WHOLE_BUDGET_S = 0.02
+WHOLE_MAX_SAMPLES, WHOLE_MIN_SAMPLES, WHOLE_MAX_CALLS = 10, 3, 20
+GPU_REP_MS, GPU_WARMUP_MS = 15, 5
+GRAPH_WARMUP_CALLS = 3
+PROFILER_CALLS = 5
+
+# --------------------------------------------------------------------------------------------------
+# The oracle, on the rows that are checked
+# --------------------------------------------------------------------------------------------------
+
+FULL_CHECK_ELEMENTS = 1 << 24
+CHECK_EDGE_ROWS, CHECK_SPREAD_ROWS = 64, 128
+DGAMMA_CHUNK_ELEMENTS = 1 << 24
+
+
+def check_rows(m: int, n: int, full_limit: int = FULL_CHECK_ELEMENTS) -> list[int] | None:
+    """The rows whose y and dx are checked: all (None) up to ``full_limit`` elements, else the first and
+    last ``CHECK_EDGE_ROWS`` and ``CHECK_SPREAD_ROWS`` spread between (the tail tiles and many programs)."""
+    if m * n <= full_limit:
+        return None
+    spread = {round(i * (m - 1) / (CHECK_SPREAD_ROWS - 1)) for i in range(CHECK_SPREAD_ROWS)}
+    edges = {*range(min(m, CHECK_EDGE_ROWS)), *range(max(0, m - CHECK_EDGE_ROWS), m)}
+    return sorted(spread | edges)
+
+
+def expected_outputs(x: torch.Tensor, gamma: torch.Tensor, dy: torch.Tensor, rows: list[int] | None, eps: float = EPS) -> tuple:
+    """(y, dx, dgamma) of the oracle: on every row (``rows`` None), or y and dx on ``rows`` only, with
+    dgamma over all rows, the oracle's float64 formula summed chunk by chunk (no float64 copy of x)."""
+    if rows is None:
+        return oracle(x, gamma, dy, eps)
+    idx = torch.tensor(rows, device=x.device)
+    y, dx, _ = oracle(x.index_select(0, idx), gamma, dy.index_select(0, idx), eps)
+    m, n = x.shape
+    step = max(1, DGAMMA_CHUNK_ELEMENTS // n)
+    acc = torch.zeros(n, dtype=torch.float64, device=x.device)
+    gd = gamma.double()
+    with torch.no_grad():
+        for s in range(0, m, step):
+            acc += manual_backward(x[s : s + step].double(), gd, dy[s : s + step].double(), eps)[1]
+    return y, dx, acc.to(gamma.dtype)
+
+
+def check_selected(outputs: tuple, expected: tuple, rows: list[int] | None) -> bm.Check:
+    """``benchmark.check_outputs`` on the checked rows of y and dx, and on all of dgamma."""
+    outputs = tuple(o.detach() if o is not None else None for o in outputs)
+    if rows is not None:
+        idx = None
+        picked = []
+        for i, o in enumerate(outputs):
+            if i < 2 and o is not None and o.dim() == 2:
+                idx = torch.tensor(rows, device=o.device) if idx is None else idx
+                o = o.index_select(0, idx)
+            picked.append(o)
+        outputs = tuple(picked)
+    return bm.check_outputs(outputs, expected)
+
+
+# --------------------------------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------------------------------
+
+GRAPH, PROFILER = "cuda-graph", "profiler"
+
+
+class NoTimers:
+    """Without a GPU: nothing is timed."""
+
+    timed = False
+
+    def whole(self, call):
+        return None, None
+
+    def gpu(self, call, restore, verify):
+        return None, None, ""
+
+
+class CudaTimers:
+    """The two times of the module docstring, on the current CUDA device."""
+
+    timed = True
+
+    def __init__(self, whole_s: float = WHOLE_BUDGET_S, rep_ms: int = GPU_REP_MS, warmup_ms: int = GPU_WARMUP_MS):
+        self.whole_s, self.rep_ms, self.warmup_ms = whole_s, rep_ms, warmup_ms
+        self._side: torch.cuda.Stream | None = None
+
+    def whole(self, call: Callable[[], object]) -> tuple[float, float]:
+        """(median seconds per call by CUDA events, median host seconds to issue one call)."""
+        call()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        t1 = max(start.elapsed_time(end) / 1e3, 1e-7)
+        calls = min(WHOLE_MAX_CALLS, max(1, int(self.whole_s / WHOLE_MAX_SAMPLES / t1)))
+        samples = min(WHOLE_MAX_SAMPLES, max(WHOLE_MIN_SAMPLES, int(self.whole_s / (calls * t1))))
+        per_call, host = [], []
+        for _ in range(samples):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                call()
+            host.append((time.perf_counter() - t0) / calls)
+            end.record()
+            end.synchronize()
+            per_call.append(start.elapsed_time(end) / 1e3 / calls)
+        return statistics.median(per_call), statistics.median(host)
+
+    def gpu(self, call: Callable[[], object], restore: Callable[[], object], verify: Callable[[object], str | None]):
+        """(seconds, method, note): replays of ``call`` captured in a CUDA graph, or the profiler's kernel
+        records when it cannot be captured or its replay is wrong. ``restore`` puts back the inputs a
+        call overwrites (Liger writes dx over dy); ``verify`` checks a replay's outputs (None: right)."""
+        try:
+            seconds, problem = self._graph(call, restore, verify)
+            if problem is None:
+                return seconds, GRAPH, ""
+            note = f"the CUDA graph's replay is wrong ({problem}); timed from the profiler"
+        except Exception as exc:  # capture refused: a host sync, an allocation the graph cannot hold...
+            note = f"no CUDA graph ({one_line(exc)[:200]}); timed from the profiler"
+        torch.cuda.synchronize()
+        restore()
+        return self._profiler(call), PROFILER, note
+
+    def _graph(self, call, restore, verify) -> tuple[float, str | None]:
+        import triton.testing
+
+        if self._side is None:
+            self._side = torch.cuda.Stream()
+        main = torch.cuda.current_stream()
+        self._side.wait_stream(main)
+        with torch.cuda.stream(self._side):  # warm-up off the default stream, as graph capture requires
+            for _ in range(GRAPH_WARMUP_CALLS):
+                call()
+        main.wait_stream(self._side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        static = None
+        # The outer stream context puts the current stream back even when a failed capture's exit raises
+        # before torch.cuda.graph restores it.
+        with torch.cuda.stream(main):
+            try:
+                with torch.cuda.graph(graph):
+                    static = call()
+                ms = triton.testing.do_bench(graph.replay, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median")
+                restore()
+                graph.replay()
+                torch.cuda.synchronize()
+                return ms / 1e3, verify(static)
+            finally:
+                del static
+                try:
+                    graph.reset()
+                except Exception:  # a capture that failed half-way may leave nothing to reset
+                    pass
+
+    def _profiler(self, call) -> float:
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        flush = torch.empty(256 * MiB, dtype=torch.int8, device="cuda")
+        times = []
+        for _ in range(PROFILER_CALLS):
+            flush.zero_()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                call()
+                torch.cuda.synchronize()
+            times.append(sum(e.device_time_total for e in prof.events() if e.device_type == DeviceType.CUDA) / 1e6)
+        return statistics.median(times)
+
+
+def measure_ceiling(regime: str, nbytes: int, timers, when: str) -> dict:
+    """A device-to-device copy of ``nbytes``, timed both ways; moved bytes = read + written."""
+    src = torch.randn(nbytes // 4, device="cuda")
+    dst = torch.empty_like(src)
+    whole_s, _ = timers.whole(lambda: dst.copy_(src))
+    gpu_s, method, note = timers.gpu(lambda: dst.copy_(src), lambda: None, lambda out: None)
+    moved = 2 * nbytes
+    return dict(regime=regime, when=when, bytes=moved, whole_us=_us(whole_s), gpu_us=_us(gpu_s), gpu_method=method,
+                gpu_note=note, whole_tbps=bm.tbps(moved, whole_s), gpu_tbps=bm.tbps(moved, gpu_s))
+
+
+# --------------------------------------------------------------------------------------------------
+# Measuring
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    point: str
+    regime: str
+    origin: str
+    split: str
+    M: int
+    N: int
+    dtype: str
+    mode: str
+    impl: str
+    bytes: int
+    repeat: int = 0  # 0: the point's measurement; 1: a noise repeat at the end of a run
+    ok: bool = False
+    detail: str = ""
+    max_abs: float | None = None
+    max_rel: float | None = None
+    checked_rows: int | None = None  # rows of y and dx compared with the oracle (dgamma: always all)
+    whole_us: float | None = None
+    host_us: float | None = None
+    gpu_us: float | None = None
+    gpu_method: str | None = None
+    gpu_note: str = ""
+    whole_tbps: float | None = None
+    gpu_tbps: float | None = None
+    ceiling_tbps: float | None = None
+    pct_of_ceiling: float | None = None
+    first_call_s: float | None = None  # the checked first call: compiles and Triton JIT land here
+    measure_s: float | None = None
+    session: int = 0  # index of the run (part file) in a merged file
+
+
+def _us(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e6
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure_row(point: Point, mode: str, impl: str, fn, inputs: tuple, expected: tuple, rows: list[int] | None,
+                timers, repeat: int = 0) -> Row:
+    """Check one implementation in one direction against the oracle, then time it both ways."""
+    x, gamma, dy = inputs
+    device = x.device.type
+    row = Row(point=point.id, regime=point.regime, origin=point.origin, split=point.split, M=point.M, N=point.N,
+              dtype=point.dtype, mode=mode, impl=impl, bytes=bm.bytes_moved(mode, point.M, point.N, x.dtype, gamma.dtype),
+              repeat=repeat, checked_rows=point.M if rows is None else len(rows))
+    want = expected[:1] if mode == FWD else expected
+    t0 = time.perf_counter()
+    try:
+        outputs = bm.make_call(mode, fn, x, gamma, dy.clone())()
+        _sync(device)
+        row.first_call_s = time.perf_counter() - t0
+        check = check_selected(outputs, want, rows)
+        del outputs
+    except Exception as exc:  # an implementation that raises is a failed row, not a failed run
+        row.detail = f"raised {type(exc).__name__}: {exc}"[:300]
+        return row
+    row.ok, row.detail, row.max_abs, row.max_rel = check.ok, check.detail, check.max_abs, check.max_rel
+    if not check.ok or not timers.timed:
+        return row
+    work_dy = dy.clone()  # each call's own gradient: Liger writes dx over it
+    call = bm.make_call(mode, fn, x, gamma, work_dy)
+
+    def verify(static) -> str | None:
+        c = check_selected(static if isinstance(static, tuple) else (static,), want, rows)
+        return None if c.ok else (c.detail or "outside tolerance")
+
+    try:
+        events_s, host_s = timers.whole(call)
+        work_dy.copy_(dy)
+        gpu_s, method, note = timers.gpu(call, lambda: work_dy.copy_(dy), verify)
+    except Exception as exc:  # out of memory, say: the row stays checked but untimed, the run goes on
+        row.gpu_note = f"timing raised {one_line(exc)}"[:300]
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        return row
+    row.whole_us, row.host_us, row.gpu_us = _us(events_s), _us(host_s), _us(gpu_s)
+    row.gpu_method, row.gpu_note = method, note
+    row.whole_tbps, row.gpu_tbps = bm.tbps(row.bytes, events_s), bm.tbps(row.bytes, gpu_s)
+    row.measure_s = time.perf_counter() - t0
+    return row
+
+
+def measure_point(point: Point, impls: Sequence[str], device: str, timers, repeat: int = 0,
+                  impl_factory: Callable = bm.make_impl, log: Callable[[str], None] = print) -> list[Row]:
+    inputs = make_inputs((point.M, point.N), bm.DTYPES[point.dtype], device)
+    rows_checked = check_rows(point.M, point.N)
+    expected = expected_outputs(*inputs, rows_checked)
+    results = []
+    for impl in impls:
+        fn = impl_factory(impl, device)  # compile: a fresh compiled function for this point
+        if fn is None:
+            log(f"  {impl}: not available here, skipped")
+            continue
+        for mode in MODES:
+            row = measure_row(point, mode, impl, fn, inputs, expected, rows_checked, timers, repeat)
+            results.append(row)
+            status = "ok" if row.ok else f"FAILED: {row.detail}"
+            times = "untimed" if row.gpu_us is None else f"whole {row.whole_us:9.1f} us  GPU {row.gpu_us:9.1f} us ({row.gpu_method})"
+            log(f"  {point.id:26s} {mode:7s} {impl:10s} {times}  {status}  ({row.first_call_s or 0:.1f}s first call)")
+            if row.gpu_note:
+                log(f"    note: {row.gpu_note}")
+        del fn
+    del inputs, expected
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return results
+
+
+def apply_ceilings(rows: Iterable[Row], ceilings: Iterable[dict]) -> None:
+    """Each row's share of its regime's copy ceiling: the larger GPU number of that regime's ceilings."""
+    best: dict[str, float] = {}
+    for c in ceilings:
+        if c.get("gpu_tbps"):
+            best[c["regime"]] = max(best.get(c["regime"], 0.0), c["gpu_tbps"])
+    for r in rows:
+        r.ceiling_tbps = best.get(r.regime)
+        r.pct_of_ceiling = 100.0 * r.gpu_tbps / r.ceiling_tbps if r.gpu_tbps and r.ceiling_tbps else None
+
+
+def protocol() -> dict:
+    """The protocol above in words, for the run's file."""
+    return dict(
+        whole_call=f"CUDA events around back-to-back eager calls, median of {WHOLE_MIN_SAMPLES}-{WHOLE_MAX_SAMPLES} samples of "
+                   f"1-{WHOLE_MAX_CALLS} calls (about {WHOLE_BUDGET_S * 1e3:.0f} ms); host time beside it",
+        gpu_time=f"CUDA graph of the call ({GRAPH_WARMUP_CALLS} warm-up calls on a side stream first), replays timed by "
+                 f"triton.testing.do_bench(warmup={GPU_WARMUP_MS} ms, rep={GPU_REP_MS} ms, median, L2 flushed); fallback: "
+                 f"torch.profiler kernel durations summed, median of {PROFILER_CALLS} calls, L2 flushed",
+        bytes="benchmark.bytes_moved: fwd 2*M*N*x + N*gamma; fwd+bwd 5*M*N*x + 2*N*gamma",
+        ceiling="device-to-device copy_ of each regime's bytes, both ways, at the start and end of each run; a row uses its "
+                "regime's larger GPU number",
+        check=f"ops.tolerances.compare against ops.reference.oracle (float64); above {FULL_CHECK_ELEMENTS} elements y and dx on "
+              f"{2 * CHECK_EDGE_ROWS + CHECK_SPREAD_ROWS} rows at most, dgamma always whole; the graph's replay checked again",
+        compile="torch.compile(reference, dynamic=False), torch.compiler.reset() before each point: two graphs per point",
+        liger_settings=dict(bm.LIGER_SETTINGS), eps=EPS, inputs="verify.inputs.make_inputs, seed 0",
+    )
