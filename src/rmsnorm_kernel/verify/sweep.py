@@ -61,6 +61,11 @@ to replace the guesses).
 Without a CUDA GPU nothing is timed: ``--shapes tiny`` runs four tiny points through Triton's
 interpreter, checked against the oracle, with the same files, parts and merge; any other sweep refuses
 in one line (exit 2).
+
+Exit status of a run: 0 when every point of the part was measured and the Triton path was right at each;
+1 when a Triton result was wrong, or a correct row got no time on a GPU (its timing raised; the row's
+``gpu_note`` says how); 2 for a usage problem or no GPU; 3 when the deadline left points for
+``--skip-done``. A wrong peer is a finding in its row, not a failure of the run.
 """
 
 from __future__ import annotations
@@ -450,10 +455,13 @@ def run(args) -> int:
     wrong = [r for r in rows if r.impl == "triton" and not r.ok]
     for r in wrong:
         print(f"Triton FAILED at {r.point} {r.mode}: {r.detail}")
+    untimed = [r for r in rows if cuda and r.ok and r.gpu_us is None]  # a timing that raised: the row says why
+    for r in untimed:
+        print(f"no timing at {r.point} {r.mode} {r.impl}: {r.gpu_note}")
     if remaining:
         print(f"sweep: {len(remaining)} point(s) of part {k}/{p} left; run them with: --part {k}/{p} --skip-done {path}")
     print("merge the parts (no GPU needed): python -m rmsnorm_kernel benchmark-sweep --merge <run files> --outputs <dir>")
-    return 1 if wrong else (3 if remaining else 0)
+    return 1 if wrong or untimed else (3 if remaining else 0)
 
 
 def main(argv: list[str] | None = None) -> int:
