@@ -121,9 +121,10 @@ MUTANT = (
         (["ckpt_path=gone.ckpt"], None, 2, "train.py: checkpoint error: checkpoint {tmp}/gone.ckpt does not exist"),
         ([f"model.hidden_dim={MAX_N + 1}"], None, 1, "train.py: training stopped: rmsnorm (triton): x has rows of"),
         (["model.lr=1e30", "trainer.max_steps=20"], None, 1, "train.py: training stopped: train/mse is "),
-        ([], MUTANT, 1, "train.py: check failed: initial parity: outputs differ by"),
+        (["parity.every_n_steps=0"], MUTANT, 1, "train.py: check failed: initial parity: outputs differ by"),
+        ([], MUTANT, 1, "train.py: training stopped: parity at step 2: the triton and reference paths differ by"),
     ],
-    ids=["config", "checkpoint", "contract", "non-finite", "check"],
+    ids=["config", "checkpoint", "contract", "non-finite", "check", "parity"],
 )
 def test_each_failure_exits_with_its_code_and_one_line(tmp_path, overrides, prelude, code, last_line):
     proc = train_process(tmp_path, *SCHEDULE, *overrides, prelude=prelude)

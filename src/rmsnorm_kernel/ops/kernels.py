@@ -70,7 +70,9 @@ def _rmsnorm_fwd_kernel(
         # precision (and float16 overflows above 256^2) if summed in the input format.
         x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         mean_sq = tl.sum(x * x, axis=1) / N  # N, not BLOCK_N: masked lanes are padding, not data
-        r = 1.0 / tl.sqrt(mean_sq + eps)
+        # Correctly rounded: tl.sqrt and 1 / x are approximate on a GPU, and the backward multiplies r^3
+        # into terms hundreds of times larger than dx when x is small (r ~ 700 at |x| ~ 1e-3).
+        r = tl.div_rn(1.0, tl.sqrt_rn(mean_sq + eps))
         y = x * r[:, None] * gamma[None, :]
         tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
@@ -104,7 +106,7 @@ def _rmsnorm_bwd_kernel(
         mask = (rows < M)[:, None] & col_mask[None, :]
         x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        r = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)  # the forward's r, same logical N
+        r = tl.div_rn(1.0, tl.sqrt_rn(tl.sum(x * x, axis=1) / N + eps))  # the forward's r, same logical N
         u = dy * gamma[None, :]
         mean_ux = tl.sum(u * x, axis=1) / N  # N again: the padding lanes hold u * x = 0
         dx = r[:, None] * u - x * (r * r * r * mean_ux)[:, None]
@@ -143,7 +145,7 @@ def _rmsnorm_fwd_chunked_kernel(
         else:
             x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
         sum_sq += x * x
-    r = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)  # N, not the chunks' total width
+    r = tl.div_rn(1.0, tl.sqrt_rn(tl.sum(sum_sq, axis=0) / N + eps))  # N, not the chunks' total width
     # Pass 2: y = x * r * gamma. This read of x is its last (evict_first); gamma is read by every row
     # (evict_last).
     for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
@@ -181,7 +183,7 @@ def _rmsnorm_bwd_row_stats_kernel(
         gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(tl.float32)
         sum_sq += x * x
         sum_ux += dy * gamma * x
-    r = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)
+    r = tl.div_rn(1.0, tl.sqrt_rn(tl.sum(sum_sq, axis=0) / N + eps))
     tl.store(RSTD + row, r)
     tl.store(COEF + row, r * r * r * (tl.sum(sum_ux, axis=0) / N))
 
