@@ -413,8 +413,9 @@ def synthetic_rows():
 
 
 def synthetic_merged():
-    run1 = sweep_run([r for r in synthetic_rows() if r["session"] == 0], part="1/2")
-    run2 = sweep_run([r for r in synthetic_rows() if r["session"] == 1], part="2/2")
+    # no copy measurements: the rows keep their hand-written shares of the ceiling
+    run1 = sweep_run([r for r in synthetic_rows() if r["session"] == 0], part="1/2", ceilings=[])
+    run2 = sweep_run([r for r in synthetic_rows() if r["session"] == 1], part="2/2", ceilings=[])
     run1["file"], run2["file"] = "p1.json", "p2.json"
     return sr.merge([run1, run2])
 
@@ -440,6 +441,17 @@ def test_worst_ratio_table_from_hand_written_rows():
     assert ("| large | fit | fwd | 2 | 0.93 | bfloat16 131072x2048, compile | 1.06 | bfloat16 65536x4096, compile | 90% "
             "| bfloat16 131072x2048 | 93% |") in md
     assert "| large | report | fwd+bwd | 1 | 1.13 | bfloat16 174763x1536, F.rms_norm | 1.12 |" in md
+
+
+def test_the_merge_takes_each_runs_fastest_copy_as_its_ceiling():
+    # a copy captured in a CUDA graph ran at 2.68 TB/s (the copy engines), the copy kernel at 4.1: a row of
+    # 2.05 TB/s is at 50% of the ceiling, not 76%
+    ceiling = dict(regime="large", when="start", bytes=2 << 29, whole_us=262.0, gpu_us=400.6, gpu_method="cuda-graph",
+                   gpu_note="", whole_tbps=4.1, gpu_tbps=2.68)
+    row = sweep_row(A, "triton", FWD, gpu=262, whole=270, host=30, pct=76.0)
+    row["gpu_tbps"] = 2.05
+    (merged_row,) = sr.merge([dict(sweep_run([row], ceilings=[ceiling]), file="p.json")])["rows"]
+    assert merged_row["ceiling_tbps"] == 4.1 and merged_row["pct_of_ceiling"] == pytest.approx(50.0)
 
 
 def test_noise_is_the_spread_of_points_measured_twice():

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+import triton
 
 from ..ops.reference import manual_backward, oracle
 from . import benchmark as bm
@@ -210,11 +211,17 @@ class CudaTimers:
 
 
 def measure_ceiling(regime: str, nbytes: int, timers, when: str) -> dict:
-    """A device-to-device copy of ``nbytes``, timed both ways; moved bytes = read + written."""
+    """A device-to-device copy of ``nbytes``, timed both ways; moved bytes = read + written.
+
+    Its GPU time is ``do_bench`` of the copy itself, not of a CUDA graph: captured in a graph, ``copy_``
+    becomes a memcpy node that the copy engines run, at 2.68 TB/s on an H200 against 4.1 TB/s for the
+    copy kernel. One copy of 32 MiB or more has no host work worth removing.
+    """
     src = torch.randn(nbytes // 4, device="cuda")
     dst = torch.empty_like(src)
     whole_s, _ = timers.whole(lambda: dst.copy_(src))
-    gpu_s, method, note = timers.gpu(lambda: dst.copy_(src), lambda: None, lambda out: None)
+    gpu_s = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median") / 1e3
+    method, note = "do_bench", "the copy kernel itself (a graph would run a memcpy node on the copy engines)"
     moved = 2 * nbytes
     return dict(regime=regime, when=when, bytes=moved, whole_us=_us(whole_s), gpu_us=_us(gpu_s), gpu_method=method,
                 gpu_note=note, whole_tbps=bm.tbps(moved, whole_s), gpu_tbps=bm.tbps(moved, gpu_s))
@@ -337,12 +344,18 @@ def measure_point(point: Point, impls: Sequence[str], device: str, timers, repea
     return results
 
 
+def ceiling_tbps(c: dict) -> float:
+    """One copy measurement's speed: the faster of its two times, each a speed the copy reached (runs
+    before the copy's GPU time was taken without a graph measured the copy engines' memcpy node there)."""
+    return max(c.get("gpu_tbps") or 0.0, c.get("whole_tbps") or 0.0)
+
+
 def apply_ceilings(rows: Iterable[Row], ceilings: Iterable[dict]) -> None:
-    """Each row's share of its regime's copy ceiling: the larger GPU number of that regime's ceilings."""
+    """Each row's share of its regime's copy ceiling: the fastest of that regime's copy measurements."""
     best: dict[str, float] = {}
     for c in ceilings:
-        if c.get("gpu_tbps"):
-            best[c["regime"]] = max(best.get(c["regime"], 0.0), c["gpu_tbps"])
+        if ceiling_tbps(c):
+            best[c["regime"]] = max(best.get(c["regime"], 0.0), ceiling_tbps(c))
     for r in rows:
         r.ceiling_tbps = best.get(r.regime)
         r.pct_of_ceiling = 100.0 * r.gpu_tbps / r.ceiling_tbps if r.gpu_tbps and r.ceiling_tbps else None
@@ -357,8 +370,8 @@ def protocol() -> dict:
                  f"triton.testing.do_bench(warmup={GPU_WARMUP_MS} ms, rep={GPU_REP_MS} ms, median, L2 flushed); fallback: "
                  f"torch.profiler kernel durations summed, median of {PROFILER_CALLS} calls, L2 flushed",
         bytes="benchmark.bytes_moved: fwd 2*M*N*x + N*gamma; fwd+bwd 5*M*N*x + 2*N*gamma",
-        ceiling="device-to-device copy_ of each regime's bytes, both ways, at the start and end of each run; a row uses its "
-                "regime's larger GPU number",
+        ceiling="device-to-device copy_ of each regime's bytes at the start and end of each run, as a whole call and by "
+                "do_bench; a row uses its regime's fastest",
         check=f"ops.tolerances.compare against ops.reference.oracle (float64); above {FULL_CHECK_ELEMENTS} elements y and dx on "
               f"{2 * CHECK_EDGE_ROWS + CHECK_SPREAD_ROWS} rows at most, dgamma always whole; the graph's replay checked again",
         compile="torch.compile(reference, dynamic=False), torch.compiler.reset() before each point: two graphs per point",
