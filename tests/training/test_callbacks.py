@@ -93,6 +93,11 @@ def test_a_wrong_kernel_along_the_run_stops_it_naming_the_step(monkeypatch):
     assert trainer.logger.logged[0][0] == 50  # the curve has the bad point before the run stops
 
 
+def test_the_initial_check_also_takes_the_worst_over_every_process():
+    parity, logged, _, _ = measure(step=0, others=3.0)  # another process's rows disagree at step 0
+    assert not parity.ok and logged[0][1]["parity/worst_over_tol"] == 3.0  # an end check: no stop here
+
+
 def test_the_verdict_is_the_worst_over_every_process():
     # this process agrees; another one reported 3 times the tolerance: every process stops
     with pytest.raises(ParityError, match="^parity at step 25: .* 3 times the float32 tolerance"):
@@ -139,7 +144,7 @@ def test_a_refused_shape_is_skipped_with_the_contract_reason_and_not_checked_aga
     for step in (0, 1, 2):
         parity.on_train_batch_start(trainer_at(step, logger=False), module, batch, 0)
     assert parity.skipped == "the Triton contract refuses this shape (rmsnorm (triton): x has rows of N = 70000 elements; accepted: N <= 65536)"
-    assert parity.checked_steps == [0] and parity.ok
+    assert parity.checked_steps == [] and parity.ok  # nothing was compared: no check to report
 
 
 @pytest.mark.parametrize("norm_impl", ["reference", "triton"])

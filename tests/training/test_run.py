@@ -54,7 +54,8 @@ def test_same_seed_gives_identical_initial_weights_and_batches_on_both_paths():
 
 def check_scalars(s, impl, steps, val_every, parity_every, window):
     """The tags a run of ``steps`` steps on the ``impl`` path logs (shared with the slow end-to-end test).
-    Scalars are logged at the 0-based index of the step they follow, as train/mse is."""
+    Per-step scalars are logged at the 0-based index of the step they follow, as train/mse is; parity at
+    the step about to run; test/mse, reload/max_abs_diff and time/run_s at the number of steps."""
     assert [step for step, _ in s["train/mse"]] == list(range(steps)), impl
     # every val_every steps, and at the last step whatever the schedule
     assert [step for step, _ in s["val/mse"]] == sorted({*range(val_every - 1, steps, val_every), steps - 1})
@@ -257,7 +258,7 @@ def test_each_run_folder_carries_the_comparison_layout_and_its_charts_name_logge
         charts = {c.title: list(c.multiline.tag) for c in category.chart}
         assert list(charts) == [
             "train/mse", "val/mse", "parity: largest |difference| of outputs and gradients",
-            "parity: worst difference / tolerance (the run stops past 1)",
+            "parity: worst difference / tolerance (passes at 1 or less)",
             "time/step_ms and time/rmsnorm_ms (medians of each logging window)",
         ]
         tags = read_scalars(result.log_dir)

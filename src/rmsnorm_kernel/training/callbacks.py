@@ -36,15 +36,17 @@ class Parity(L.Callback):
     reference run against Triton. The Triton calls it makes are counted in the module's
     ``calls["parity/forward"]`` and ``calls["parity/backward"]``, apart from the training steps' counts.
 
-    - Step 0 is the initial check: its verdict is one of the run's end checks (``ok``), so a run whose
-      kernel is wrong from the start still trains and reports every check. A resumed run starts past step 0
-      and does not repeat it. When the Triton contract refuses the batch, nothing is compared, at step 0
-      or later, and ``skipped`` holds the contract's reason.
+    - Step 0 is the initial check: its verdict is one of the run's end checks (``ok``), not a stop. With
+      ``every_n_steps=0`` a run whose kernel is wrong from the start trains to its end and reports every
+      check; otherwise the next check stops it. A resumed run starts past step 0 and does not repeat it.
+      When the Triton contract refuses the batch, nothing is compared, then or later, and ``skipped``
+      holds the contract's reason.
     - Every ``every_n_steps`` steps after that (0: never), the same comparison along the run: a kernel that
       drifts after many Adam steps, or a bad launch plan for a shape the first batch did not have. A
       difference past the tolerance stops the run with ``ParityError``, naming the step, before that step
-      changes any weight. Under data parallelism each process compares its own rows, and the verdict is
-      the worst over all processes, so every process stops together.
+      changes any weight.
+    - Under data parallelism each process compares its own rows, and every verdict (step 0's too) is the
+      worst over all processes, so every process stops together and the end check covers every row.
 
     Logged at each checked step: ``parity/output_err`` and ``parity/grad_err`` (the largest absolute
     differences), ``parity/worst_over_tol`` (the largest ``|a - b| / (atol + rtol * |b|)`` over every
@@ -52,7 +54,7 @@ class Parity(L.Callback):
     ``parity/initial_output_err`` and ``parity/initial_grad_err``.
     """
 
-    def __init__(self, every_n_steps: int = 0) -> None:
+    def __init__(self, every_n_steps: int) -> None:
         self.every_n_steps = every_n_steps
         # the initial check (step 0): the end-of-run verdict and the numbers the summary reports
         self.output_err: float | None = None
@@ -60,11 +62,12 @@ class Parity(L.Callback):
         self.dtype: torch.dtype | None = None  # of the compared outputs: it picks the tolerance
         self.ok = True
         self.skipped: str | None = None
-        self.checked_steps: list[int] = []
-        self.worst_over_tol = 0.0  # the largest over every check of this process's run
+        self.checked_steps: list[int] = []  # the steps whose comparison ran
+        self.worst_over_tol = 0.0  # the largest over those checks (all processes')
+        self._started: set[int] = set()
 
     def _due(self, step: int) -> bool:
-        if self.skipped is not None or step in self.checked_steps:
+        if self.skipped is not None or step in self._started:
             return False  # a restarted epoch loop can start the same step twice
         if step == 0:
             return True
@@ -74,7 +77,7 @@ class Parity(L.Callback):
         step = trainer.global_step
         if not self._due(step):
             return
-        self.checked_steps.append(step)
+        self._started.add(step)
         x, y = batch
         before = call_counts()
         try:
@@ -89,10 +92,11 @@ class Parity(L.Callback):
         comparisons += [compare(a, b) for a, b in zip(grads["triton"], grads["reference"])]
         output_err = comparisons[0].max_abs
         grad_err = max(c.max_abs for c in comparisons[1:])
-        worst = max(c.worst_over_tol for c in comparisons)
-        if step != 0:
-            # the same verdict on every process: none is left waiting in the next collective
-            worst = float(trainer.strategy.reduce(torch.tensor(worst, device=x.device), reduce_op="max"))
+        worst = max(c.worst_over_tol for c in comparisons)  # <= 1 exactly when every compare() passed
+        # The same verdict on every process (none is left waiting in the next collective), in float64:
+        # a float32 copy would round a ratio just above 1 down to 1.
+        worst = float(trainer.strategy.reduce(torch.tensor(worst, dtype=torch.float64, device=x.device), reduce_op="max"))
+        self.checked_steps.append(step)
         if trainer.logger is not None:
             metrics = {
                 "parity/output_err": output_err,
@@ -200,7 +204,7 @@ class StepTimer(L.Callback):
             args[0].register_hook(lambda grad: self._record("backward_end"))
 
     def _after_norm(self, module, args, output) -> None:
-        if "forward_start" not in self._events:
+        if not (module.training and torch.is_grad_enabled()) or "forward_start" not in self._events:
             return
         self._record("forward_end")
         if output.requires_grad:  # the gradient of the output exists: the layer's backward starts

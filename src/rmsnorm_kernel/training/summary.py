@@ -44,9 +44,13 @@ def format_summary(r: RunResult) -> str:
             if m.get("parity/initial_output_err") is not None
             else "  initial parity: measured at step 0 by the run this one resumed"
         ),
-        f"  parity along the run: {int(m.get('parity/checks', 0))} checks, worst difference "
-        f"{m.get('parity/worst_over_tol', float('nan')):.3g} of the tolerance; their Triton calls: forward "
-        f"{r.calls.get('parity/forward')}, backward {r.calls.get('parity/backward')}",
+        (
+            "  parity along the run: skipped (the Triton contract refuses this shape)"
+            if r.parity_skipped
+            else f"  parity along the run: {int(m.get('parity/checks', 0))} checks in this command, worst "
+            f"difference {m.get('parity/worst_over_tol', float('nan')):.3g} of the tolerance; their Triton calls: "
+            f"forward {r.calls.get('parity/forward')}, backward {r.calls.get('parity/backward')}"
+        ),
         f"  reload parity: max |diff| {m.get('reload/max_abs_diff')} "
         f"({'bit-identical' if m.get('reload/max_abs_diff') == 0 else 'DIFFERENT'})",
         *([f"  branched from {r.branched_from}"] if r.branched_from else []),

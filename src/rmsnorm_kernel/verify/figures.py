@@ -361,12 +361,9 @@ def sweep_figure(sweep_json: Path, out: Path) -> FigureResult:
         return FigureResult(name, "skipped", f"{path} has no timings (runs without a GPU: correctness only)")
     panels = [p for p in SWEEP_PANELS if any(r["regime"] == p[0] and r.get("origin") == p[1] for r in timed)]
     modes = [m for m in ("fwd", "fwd+bwd") if any(r["mode"] == m for r in timed)]
-    from .sweep_measure import ceiling_tbps
+    from .sweep_measure import best_ceilings
 
-    ceilings: dict[str, float] = {}
-    for c in data.get("ceilings", []):  # the rule of the report: each regime's fastest copy
-        if ceiling_tbps(c):
-            ceilings[c["regime"]] = max(ceilings.get(c["regime"], 0.0), ceiling_tbps(c))
+    ceilings = best_ceilings(data.get("ceilings", []))  # the report's rule
     impls = sorted({r["impl"] for r in timed}, key=lambda i: (list(SWEEP_COLORS).index(i) if i in SWEEP_COLORS else 99, i))
 
     plt = _pyplot()

@@ -37,9 +37,11 @@ A wrong result is not timed. Two times per call then (``sweep_measure.CudaTimers
 
 Bandwidth is the byte model of ``benchmark.bytes_moved`` (forward: read x, write y, read gamma;
 forward + backward: that, then read x and dy, write dx, read gamma, write dgamma: 5*M*N + 2*N elements)
-over the time. The copy ceiling is measured in the same run, the same two ways: a device-to-device
-``copy_`` of each regime's bytes (bytes read plus written), at the start and at the end of each run;
-a row's share of the ceiling uses the larger of its regime's two GPU numbers.
+over the time. The copy ceiling is measured in the same run: a device-to-device ``copy_`` of each
+regime's bytes (bytes read plus written), at the start and at the end of each run, as a whole call and
+by ``do_bench`` of the copy kernel (not a graph: there ``copy_`` becomes a memcpy node on the copy
+engines, which are slower); a row's share of the ceiling uses its regime's fastest copy
+(``sweep_measure.best_ceilings``).
 
 Budget: the whole sweep must take at most 20 minutes of GPU time in runs of at most 10 minutes.
 ``--part K/P`` runs the K-th of P parts (points dealt by estimated cost, the same split for every K);

@@ -350,12 +350,18 @@ def ceiling_tbps(c: dict) -> float:
     return max(c.get("gpu_tbps") or 0.0, c.get("whole_tbps") or 0.0)
 
 
-def apply_ceilings(rows: Iterable[Row], ceilings: Iterable[dict]) -> None:
-    """Each row's share of its regime's copy ceiling: the fastest of that regime's copy measurements."""
+def best_ceilings(ceilings: Iterable[dict]) -> dict[str, float]:
+    """Each regime's copy ceiling: the fastest of its copy measurements."""
     best: dict[str, float] = {}
     for c in ceilings:
         if ceiling_tbps(c):
             best[c["regime"]] = max(best.get(c["regime"], 0.0), ceiling_tbps(c))
+    return best
+
+
+def apply_ceilings(rows: Iterable[Row], ceilings: Iterable[dict]) -> None:
+    """Each row's share of its regime's copy ceiling (``best_ceilings``)."""
+    best = best_ceilings(ceilings)
     for r in rows:
         r.ceiling_tbps = best.get(r.regime)
         r.pct_of_ceiling = 100.0 * r.gpu_tbps / r.ceiling_tbps if r.gpu_tbps and r.ceiling_tbps else None

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from .sweep import FWD, FWD_BWD, MODES, definition_hash, sweep_points
-from .sweep_measure import ceiling_tbps
+from .sweep_measure import best_ceilings
 
 TARGET_PCT = {FWD: 92.0, FWD_BWD: 85.0}
 TARGET_N_RANGE = (2048, 16384)
@@ -71,9 +71,7 @@ def merge(runs: Sequence[dict]) -> dict:
             warnings.append(f"the runs differ in {key}: {', '.join(values)}")
     rows, seen = [], set()
     for i, run in enumerate(runs):
-        best = {}  # each run's rows against its own copy ceilings, by the rule of sweep_measure.apply_ceilings
-        for c in run.get("ceilings", []):
-            best[c["regime"]] = max(best.get(c["regime"], 0.0), ceiling_tbps(c))
+        best = best_ceilings(run.get("ceilings", []))  # each run's rows against its own copy ceilings
         for r in run["rows"]:
             r = dict(r, session=i)
             if r.get("gpu_tbps") and best.get(r["regime"]):
