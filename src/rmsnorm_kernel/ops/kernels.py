@@ -14,7 +14,7 @@ Two shapes of kernel, chosen by the row length N (``launch.py`` holds the rules)
 - Looped rows (N > ROW_LIMIT, up to contract.MAX_N = 65536): a row does not fit in one program's
   registers, so the kernels walk it in column chunks of BLOCK_N. The forward reads each row twice (the
   sum of squares, then y), the second time from L2; the backward takes two steps. Aligned rows of
-  16 KiB take the same two-pass forward, one chunk a row (launch.py, rule 3).
+  a padded width of 16 KiB take the same two-pass forward, one chunk a row (launch.py, rule 3).
 
 The backward recomputes r from the row of x it loads anyway rather than reading a saved copy: the
 custom op returns y alone, and the recomputation costs arithmetic, not memory traffic.
@@ -120,7 +120,7 @@ def _rmsnorm_bwd_kernel(
 
 
 # --------------------------------------------------------------------------------------------------
-# Looped rows (N > launch.ROW_LIMIT), and aligned rows of 16 KiB: forward in two passes
+# Looped rows (N > launch.ROW_LIMIT), and aligned rows padded to 16 KiB: forward in two passes
 # --------------------------------------------------------------------------------------------------
 
 

@@ -10,9 +10,11 @@ and of the GPU (multiprocessors, shared memory per program). It follows from the
    float64 dgamma sum per element, so a single-row tile gets ``BLOCK_N // 256`` warps, up to 16.
 3. The forward launches one program per tile. Rows off a 16-byte boundary are read element by element
    and need more loads in flight: 2 persistent programs per multiprocessor with a 2-stage pipeline.
-   Aligned rows of exactly ``TWO_PASS_ROW_BYTES`` run the looped rows' two-pass forward, the whole row
-   as one chunk over 8 warps: its second read of the row comes from L2, and it beat holding the row in
-   registers by 3-5%.
+   Aligned rows whose padded width (``BLOCK_N`` times the element size) is ``TWO_PASS_ROW_BYTES`` run
+   the looped rows' two-pass forward, the whole row as one chunk over 8 warps: its second read of the
+   row comes from L2, and it beat holding the row in registers by 3-5% at 16384x8192 (half precision)
+   and 32768x4096 (float32). That covers every aligned half-precision N from 4097 to 8192 and float32
+   from 2049 to 4096, which were not all measured (``benchmark-sweep`` has them).
 4. The backward runs one persistent program per multiprocessor (each writes one row of float64 dgamma
    partials), with a 3-stage pipeline; a problem of at most ``SINGLE_PROGRAM_ELEMENTS`` elements runs
    as one program that writes dgamma itself (one launch fewer).
