@@ -178,3 +178,17 @@ def test_the_step_timer_logs_each_windows_median_and_the_last_partial_window(mon
     # train/mse uses (0-based: the window's last step)
     assert [(s, round(m["time/step_ms"], 6)) for s, m in logger.logged] == [(1, 2.0), (3, 6.0), (4, 4.0)]
     assert [round(m, 6) for m in timer.medians] == [2.0, 6.0, 4.0]
+
+
+def test_on_a_signal_last_ckpt_is_named_in_process_0s_folder(tmp_path):
+    # on another process the folder this process guessed may differ; Lightning hands every process
+    # process 0's folder through the checkpoint callback
+    from rmsnorm_kernel.training.callbacks import SaveOnSignal
+
+    saved = []
+    trainer = SimpleNamespace(received_sigterm=True, global_step=7,
+                              checkpoint_callback=SimpleNamespace(dirpath=str(tmp_path / "version_0")),
+                              save_checkpoint=lambda path, weights_only: saved.append(path))
+    on_signal = SaveOnSignal(tmp_path / "version_1")
+    on_signal.on_exception(trainer, None, RuntimeError())
+    assert saved == [tmp_path / "version_0" / "last.ckpt"] and (on_signal.saved, on_signal.step) == (saved[0], 7)

@@ -294,7 +294,11 @@ class SaveOnSignal(L.Callback):
             self._handler = None
         if not trainer.received_sigterm:
             return
-        path = self.checkpoint_dir / "last.ckpt"
+        # The checkpoint callback's folder is process 0's on every process (Lightning broadcasts it), so the
+        # line each process prints names the file process 0 writes.
+        checkpoint_callback = trainer.checkpoint_callback
+        folder = Path(checkpoint_callback.dirpath) if checkpoint_callback and checkpoint_callback.dirpath else self.checkpoint_dir
+        path = folder / "last.ckpt"
         trainer.save_checkpoint(path, weights_only=False)
         self.saved, self.step = path, trainer.global_step
 

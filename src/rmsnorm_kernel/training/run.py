@@ -323,7 +323,8 @@ def train_and_check(
             raise
         raise Interrupted(on_signal.signal_name, on_signal.saved, on_signal.step) from None
     except TrainingStopped as e:  # a non-finite loss, a parity check past the tolerance
-        saved = sorted(checkpoint_dir.glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+        folder = Path(checkpoints.dirpath) if checkpoints.dirpath else checkpoint_dir  # process 0's, broadcast
+        saved = sorted(folder.glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
         kept = f"the last good checkpoint is {saved[-1]}" if saved else "no checkpoint had been written yet"
         raise type(e)(f"{e}; {kept}") from None
     fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}  # test() resets them
