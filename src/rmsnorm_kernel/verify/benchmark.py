@@ -207,28 +207,35 @@ class Timing:
 Timer = Callable[[Callable[[], object]], Timing]
 
 
+def event_samples(fn: Callable[[], object], samples: int, calls: int) -> tuple[float, float]:
+    """(median seconds per call by CUDA events, median host seconds to issue one call) over ``samples``
+    samples of ``calls`` back-to-back calls."""
+    per_call, host = [], []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        host.append((time.perf_counter() - t0) / calls)
+        end.record()
+        end.synchronize()
+        per_call.append(start.elapsed_time(end) / 1e3 / calls)
+    return statistics.median(per_call), statistics.median(host)
+
+
 def cuda_timer(warmup: int = 20, samples: int = 50, calls: int = 20, do_bench: bool = True) -> Timer:
     def timer(fn: Callable[[], object]) -> Timing:
         for _ in range(warmup):
             fn()
         torch.cuda.synchronize()
-        per_call, host = [], []
-        for _ in range(samples):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            host.append((time.perf_counter() - t0) / calls)
-            end.record()
-            end.synchronize()
-            per_call.append(start.elapsed_time(end) / 1e3 / calls)
+        per_call, host = event_samples(fn, samples, calls)
         bench = None
         if do_bench:
             import triton.testing
 
             bench = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median") / 1e3
-        return Timing(statistics.median(per_call), bench, statistics.median(host))
+        return Timing(per_call, bench, host)
 
     return timer
 

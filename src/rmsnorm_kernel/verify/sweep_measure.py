@@ -134,18 +134,7 @@ class CudaTimers:
         t1 = max(start.elapsed_time(end) / 1e3, 1e-7)
         calls = min(WHOLE_MAX_CALLS, max(1, int(self.whole_s / WHOLE_MAX_SAMPLES / t1)))
         samples = min(WHOLE_MAX_SAMPLES, max(WHOLE_MIN_SAMPLES, int(self.whole_s / (calls * t1))))
-        per_call, host = [], []
-        for _ in range(samples):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                call()
-            host.append((time.perf_counter() - t0) / calls)
-            end.record()
-            end.synchronize()
-            per_call.append(start.elapsed_time(end) / 1e3 / calls)
-        return statistics.median(per_call), statistics.median(host)
+        return bm.event_samples(call, samples, calls)
 
     def gpu(self, call: Callable[[], object], restore: Callable[[], object], verify: Callable[[object], str | None]):
         """(seconds, method, note): replays of ``call`` captured in a CUDA graph, or the profiler's kernel
