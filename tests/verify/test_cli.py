@@ -279,3 +279,12 @@ def test_unknown_option_is_refused(capsys):
         main(["exercise", "--fast"])
     assert exc.value.code == 2 and "--fast" in capsys.readouterr().err
 
+
+
+@pytest.mark.parametrize("argv", [["exercise"], ["benchmark"], ["benchmark-sweep", "--shapes", "tiny"], ["benchmark-sweep", "--merge"]])
+def test_an_outputs_folder_that_cannot_be_written_is_refused_with_one_line_before_any_work(tmp_path, capsys, argv):
+    (tmp_path / "file").write_text("kept")
+    assert main([*argv, "--outputs", str(tmp_path / "file" / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(f"--outputs {tmp_path}/file/x cannot be written (Not a directory); accepted: a folder this user can create and write")
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]

@@ -43,3 +43,13 @@ def test_report_is_json_with_the_common_keys_and_readable_non_finite_numbers(tmp
     assert {"command", "ok", "created", "backend", "device", "torch"} <= set(data)
     assert (data["command"], data["ok"], data["torch"]) == ("check-x", False, torch.__version__)
     assert data["cases"] == [{"shape": [1, 2], "err": "nan"}] and data["dtype"] == "torch.float16"
+
+
+def test_an_outputs_folder_is_created_and_test_written_before_any_work(tmp_path):
+    nested = tmp_path / "a" / "b"
+    assert report.outputs_problem(nested) is None
+    assert nested.is_dir() and list(nested.iterdir()) == []  # the probe is gone
+    (tmp_path / "file").write_text("kept")
+    problem = report.outputs_problem(tmp_path / "file" / "x")
+    assert problem == f"--outputs {tmp_path}/file/x cannot be written (Not a directory); accepted: a folder this user can create and write"
+    assert (tmp_path / "file").read_text() == "kept"

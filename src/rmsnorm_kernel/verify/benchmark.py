@@ -50,6 +50,7 @@ from ..ops.op import rmsnorm
 from ..ops.reference import DEFAULT_EPS, oracle, rmsnorm_reference
 from ..ops.tolerances import compare
 from .inputs import make_inputs
+from .report import outputs_problem
 
 EPS = DEFAULT_EPS
 FWD, FWD_BWD = "fwd", "fwd+bwd"
@@ -518,6 +519,10 @@ def run(args) -> int:
     if args.quick:
         args.samples = min(args.samples, 10)
     shapes = SMALL_SHAPES if (args.shapes == "small" or args.quick) else FULL_SHAPES
+    problem = outputs_problem(args.outputs)
+    if problem is not None:
+        print(f"benchmark: {problem}", file=sys.stderr)
+        return 2
     if backend() != CUDA:
         print("benchmark: no CUDA GPU here, so nothing can be timed (timings need a CUDA GPU).", file=sys.stderr)
         if args.require_gpu:

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 from ..ops.backend import backend, kernel_device_type
 from ..ops.tolerances import TOLERANCES
 from . import campaigns, checkpoint_audit, compile_report, environment, exercise, figures, gradients, negative, profile
-from .report import cell, digits, dtype_name, format_table, verdict, write_report
+from .report import cell, digits, dtype_name, format_table, outputs_problem, verdict, write_report
 
 #: The check commands whose reports the figures read, with the campaign each runs.
 CAMPAIGN_COMMANDS = {"check-forward": "forward", "check-backward": "dx", "check-gamma": "dgamma"}
@@ -323,6 +323,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "benchmark", "absent") is None:
         args.benchmark = args.outputs / "benchmark.json"
+    problem = outputs_problem(args.outputs) if args.outputs is not None and args.command != "clean" else None
+    if problem is not None:  # (clean checks its own --outputs: it must lie outside what it cleans)
+        print(f"rmsnorm-kernel {args.command}: {problem}", file=sys.stderr)
+        return USAGE
     return args.handler(args)
 
 

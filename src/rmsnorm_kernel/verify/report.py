@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import json
 import math
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -69,6 +70,19 @@ def jsonable(obj):
     if isinstance(obj, (torch.dtype, Path)):
         return str(obj)
     return obj
+
+
+def outputs_problem(outputs: Path) -> str | None:
+    """Why the folder ``outputs`` cannot take a command's files (None when it can). It is created if
+    missing and test-written, so that a command refuses before its work rather than losing it at the end."""
+    try:
+        outputs.mkdir(parents=True, exist_ok=True)
+        probe = outputs / f".write-probe.{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return f"--outputs {outputs} cannot be written ({exc.strerror or exc}); accepted: a folder this user can create and write"
+    return None
 
 
 def write_report(outputs: Path, command: str, ok: bool, body: dict) -> Path:

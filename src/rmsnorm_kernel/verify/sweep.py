@@ -88,6 +88,7 @@ import torch
 
 from ..ops.backend import CUDA, backend
 from . import benchmark as bm
+from .report import outputs_problem
 from .sweep_measure import (
     GPU_REP_MS, GPU_WARMUP_MS, GRAPH_WARMUP_CALLS, WHOLE_BUDGET_S, WHOLE_MIN_SAMPLES, CudaTimers, NoTimers, Row,
     apply_ceilings, measure_ceiling, measure_point, protocol,
@@ -405,6 +406,10 @@ def run(args) -> int:
     from . import sweep_report
 
     started = time.perf_counter()  # the deadline counts from here (the imports before take seconds)
+    problem = None if args.plan else outputs_problem(args.outputs)
+    if problem is not None:
+        print(f"sweep: {problem}", file=sys.stderr)
+        return 2
     if args.merge is not None:
         return sweep_report.merge_command(args.merge, args.outputs)
     impls = bm.parse_impls(args.impls)
