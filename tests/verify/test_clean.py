@@ -42,6 +42,7 @@ GENERATED_FILES = [
     "outputs/benchmark-sweep.part1of2.json",
     "outputs/benchmark-sweep.part2of2.after7.json",
     "outputs/benchmark-sweep.part2of2.tmp",
+    "outputs/benchmark-sweep.part1of2.json.prev1",
     "outputs/check-forward.json",
     "outputs/compile-report.json",
     "outputs/compile-report/inductor_output_0.py",

@@ -16,6 +16,7 @@ from rmsnorm_kernel.verify import figures
 from rmsnorm_kernel.verify import sweep as sw
 from rmsnorm_kernel.verify import sweep_measure as sm
 from rmsnorm_kernel.verify import sweep_report as sr
+from tests.helpers import DEVICE
 from rmsnorm_kernel.verify.inputs import make_inputs
 from rmsnorm_kernel.verify.mutants import forward_block_mean
 from tests.verify.helpers import run_cli, sweep_row, sweep_run
@@ -558,3 +559,36 @@ def test_skip_done_runs_only_what_an_earlier_run_left(tmp_path, capsys):
     assert data["skipped_done"] == 2 and sorted({r["point"] for r in data["rows"]}) == sorted(ids[2:])
     rc, _, err = run_cli(capsys, "benchmark-sweep", "--merge", tmp_path / "absent.json", "--outputs", tmp_path)
     assert rc == 2 and "is not a sweep run's file" in err
+
+
+def test_a_signal_stops_the_sweep_after_the_point_in_progress_and_keeps_what_it_measured():
+    import os
+    import signal
+
+    points = sw.sweep_points("tiny")[:3]
+    written = []
+
+    def factory(name, device):
+        if name == "triton" and not written:  # during the first point: Ctrl+C
+            os.kill(os.getpid(), signal.SIGINT)
+        return bm.make_impl(name, device)
+
+    with sw.stop_on_signal() as stop:
+        rows, _, remaining = sw.run_part(points, [], ["triton"], DEVICE, sm.NoTimers(), write=lambda *a: written.append(a),
+                                         impl_factory=factory, log=lambda line: None, stop=stop)
+    assert stop() == "SIGINT"  # no KeyboardInterrupt inside the first point: it ended, and was written
+    assert {r.point for r in rows} == {points[0].id} and all(r.ok for r in rows)
+    assert remaining == points[1:] and len(written) == 2  # after the point, and the final write
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back
+
+
+def test_running_a_part_again_keeps_the_earlier_runs_file_out_of_the_merge(tmp_path):
+    path = sw.part_path(tmp_path, 1, 2)
+    assert sw.keep_previous(path) is None  # nothing there yet
+    for run in ("first", "second"):
+        path.write_text(run)
+        sw.keep_previous(path)
+    assert not path.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["benchmark-sweep.part1of2.json.prev1", "benchmark-sweep.part1of2.json.prev2"]
+    assert [p.read_text() for p in sorted(tmp_path.iterdir())] == ["first", "second"]
+    assert sorted(tmp_path.glob("benchmark-sweep.part*.json")) == []  # what --merge reads by default

@@ -12,7 +12,8 @@ Generated, relative to the project root (``<name>`` is any run name, ``<k>``, ``
 - ``outputs/<command>.json``: a check command's report (``report.write_report``; ``benchmark.json``
   from ``benchmark.write_json``), for the commands of ``REPORT_COMMANDS``;
 - ``outputs/benchmark-sweep.part<k>of<p>.json`` (``.after<n>.json`` for a run with ``--skip-done``) and its
-  ``.tmp`` while being written (``sweep.part_path``, ``sweep.write_json``), and the merge's
+  ``.tmp`` while being written, and an earlier run's file kept as ``.json.prev<n>`` (``sweep.part_path``,
+  ``sweep.write_json``, ``sweep.keep_previous``), and the merge's
   ``outputs/benchmark-sweep.md`` (``sweep_report``; its JSON is the command's report above);
 - ``outputs/figures/<figure>.png`` for the figures of ``FIGURE_FILES`` (``figures.FIGURES``);
 - ``outputs/compile-report/inductor_output_<n>.py`` (``compile_report.compile_report``);
@@ -76,7 +77,7 @@ _CACHE = r"(?:(?:%s)/(?:[^/]+/)*)?%s" % ("|".join(re.escape(t) for t in PYTHON_T
 _STATIC_PATTERNS = [re.compile(p) for p in (
     r"outputs/(?:%s)\.json" % "|".join(re.escape(c) for c in REPORT_COMMANDS),
     r"outputs/figures/(?:%s)" % "|".join(re.escape(f) for f in FIGURE_FILES),
-    r"outputs/benchmark-sweep\.part\d+of\d+(?:\.after\d+)?\.(?:json|tmp)",
+    r"outputs/benchmark-sweep\.part\d+of\d+(?:\.after\d+)?\.(?:json|tmp)(?:\.prev\d+)?",
     r"outputs/benchmark-sweep\.md",
     r"outputs/compile-report/inductor_output_\d+\.py",
     rf"{_HYDRA}/multirun\.yaml",

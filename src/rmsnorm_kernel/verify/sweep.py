@@ -73,12 +73,15 @@ Exit status of a run: 0 when every point of the part was measured and the Triton
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import hashlib
 import json
 import math
 import platform
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -305,6 +308,20 @@ def session_report(meta: dict, rows: list[Row], ceilings: list[dict], remaining:
     )
 
 
+def keep_previous(path: Path) -> Path | None:
+    """An earlier run's file at ``path`` renamed to ``<path>.prev<n>`` (the first n free), so that running a
+    part again never loses a measurement; ``--merge`` reads ``*.json`` files only, so it skips these."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    n = 1
+    while path.with_name(f"{path.name}.prev{n}").exists():
+        n += 1
+    kept = path.with_name(f"{path.name}.prev{n}")
+    path.rename(kept)
+    return kept
+
+
 def write_json(path: Path, data: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -316,14 +333,41 @@ def write_json(path: Path, data: dict) -> Path:
 
 
 
+@contextlib.contextmanager
+def stop_on_signal():
+    """While the sweep runs, SIGINT (Ctrl+C) and SIGTERM ask it to stop after the point in progress rather
+    than interrupting whatever runs (an import, a compile, a timing), which would turn into a wrong row.
+    Yields a callable giving the signal's name once one arrived (None before). A second signal acts as
+    it would without this (only in the main thread, where Python runs signal handlers)."""
+    received: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def handler(signum, frame):
+        received.append(signal.Signals(signum).name)
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+    for s in previous:
+        signal.signal(s, handler)
+    try:
+        yield lambda: received[0] if received else None
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
 def run_part(todo: Sequence[Point], repeats: Sequence[Point], impls: Sequence[str], device: str, timers,
              write: Callable[[list[Row], list[dict], list[Point], float], object], deadline_s: float | None = None,
              regimes_ceiling: dict[str, int] | None = None, impl_factory: Callable = bm.make_impl,
              log: Callable[[str], None] = print, clock: Callable[[], float] = time.perf_counter,
-             started: float | None = None) -> tuple[list[Row], list[dict], list[Point]]:
+             started: float | None = None, stop: Callable[[], str | None] = lambda: None,
+             ) -> tuple[list[Row], list[dict], list[Point]]:
     """Measure ``todo`` then ``repeats`` (noise repeats, repeat=1) until ``deadline_s`` (counted from
-    ``started`` on ``clock``, default: now) would be passed; ``write`` is called after every point.
-    Returns (rows, ceilings, points of ``todo`` left undone)."""
+    ``started`` on ``clock``, default: now) would be passed, or ``stop()`` names a signal;
+    ``write`` is called after every point. Returns (rows, ceilings, points of ``todo`` left undone)."""
     t0 = clock() if started is None else started
     rows: list[Row] = []
     ceilings: list[dict] = []
@@ -337,6 +381,9 @@ def run_part(todo: Sequence[Point], repeats: Sequence[Point], impls: Sequence[st
     remaining = list(todo)
     for i, (point, repeat) in enumerate(queue):
         est = estimate_point_s(point, impls, timers.timed)
+        if stop():
+            log(f"{stop()}: stopping before {point.id}; {len(remaining)} point(s) left")
+            break
         if deadline_s and clock() - t0 + est > deadline_s:
             log(f"deadline: {clock() - t0:.0f} s spent; {point.id} (about {est:.0f} s) would end past the "
                 f"{deadline_s:.0f} s allowed; {len(remaining)} point(s) left")
@@ -350,7 +397,7 @@ def run_part(todo: Sequence[Point], repeats: Sequence[Point], impls: Sequence[st
             remaining.remove(point)
         apply_ceilings(rows, ceilings)
         write(rows, ceilings, remaining, clock() - t0)
-    for regime, nbytes in regimes_ceiling.items():
+    for regime, nbytes in regimes_ceiling.items() if not stop() else ():
         ceilings.append(measure_ceiling(regime, nbytes, timers, "end"))
     apply_ceilings(rows, ceilings)
     write(rows, ceilings, remaining, clock() - t0)
@@ -451,14 +498,22 @@ def run(args) -> int:
         noise_points=[pt.id for pt in repeats],
     )
     path = part_path(args.outputs, k, p, meta["skipped_done"])
+    kept = keep_previous(path)
+    if kept is not None:
+        print(f"sweep: {path} held an earlier run; kept as {kept}")
     print(f"{device_name}: torch {meta['torch']}, triton {meta['triton']}, liger-kernel {meta['liger_kernel']}; writing {path}")
     regimes = sorted({pt.regime for pt in [*todo, *repeats]} & set(REGIME_BYTES)) if cuda else []
-    rows, _, remaining = run_part(
-        todo, repeats, impls, device, timers,
-        write=lambda r, c, rem, el: write_json(path, session_report(meta, r, c, rem, el)),
-        deadline_s=deadline, regimes_ceiling={r: REGIME_BYTES[r] for r in regimes}, started=started,
-    )
+    with stop_on_signal() as stop:
+        rows, _, remaining = run_part(
+            todo, repeats, impls, device, timers,
+            write=lambda r, c, rem, el: write_json(path, session_report(meta, r, c, rem, el)),
+            deadline_s=deadline, regimes_ceiling={r: REGIME_BYTES[r] for r in regimes}, started=started, stop=stop,
+        )
     print(f"\nwrote {path}")
+    if stop():
+        print(f"sweep: stopped by {stop()}; {path} holds every point measured before it, and {len(remaining)} "
+              f"point(s) left run with: --part {k}/{p} --skip-done {path}", file=sys.stderr)
+        return 128 + getattr(signal, stop()).value
     wrong = [r for r in rows if r.impl == "triton" and not r.ok]
     for r in wrong:
         print(f"Triton FAILED at {r.point} {r.mode}: {r.detail}")
