@@ -43,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import STATS_BLOCK_N, STATS_WARPS, SUM_BLOCK_N, SUM_BLOCK_P, SUM_WARPS, Plan, plan_for
+from .launch import SUM_BLOCK_N, SUM_BLOCK_P, SUM_WARPS, Plan, plan_for, vector_width
 
 # --------------------------------------------------------------------------------------------------
 # Whole rows: forward
@@ -52,7 +52,8 @@ from .launch import STATS_BLOCK_N, STATS_WARPS, SUM_BLOCK_N, SUM_BLOCK_P, SUM_WA
 
 @triton.jit
 def _rmsnorm_fwd_kernel(
-    X, GAMMA, Y, CALLS, M, N, stride_x, stride_y, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+    X, GAMMA, Y, CALLS, M, N, stride_x, stride_y, eps,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, VEC: tl.constexpr,
 ):
     # BLOCK_M rows per tile: short rows share a tile so that each one moves enough bytes. Program p takes
     # the tiles p, p + P, ...: one tile each when the grid covers them all, several when it is persistent,
@@ -60,6 +61,7 @@ def _rmsnorm_fwd_kernel(
     # this one is computed.
     if tl.program_id(0) == 0:  # count the call on the device, so that CUDA graph replays count too
         tl.atomic_add(CALLS, 1)
+    N, stride_x, stride_y = N // VEC * VEC, stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
     gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
@@ -85,12 +87,14 @@ def _rmsnorm_fwd_kernel(
 @triton.jit
 def _rmsnorm_bwd_kernel(
     DY, X, GAMMA, DX, DGAMMA_OUT, CALLS, M, N, stride_dy, stride_x, stride_dx, eps,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FINAL: tl.constexpr, STAGES: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FINAL: tl.constexpr, STAGES: tl.constexpr, VEC: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     if pid == 0:  # count the call on the device
         tl.atomic_add(CALLS, 1)
+    N = N // VEC * VEC  # vector loads
+    stride_dy, stride_x, stride_dx = stride_dy // VEC * VEC, stride_x // VEC * VEC, stride_dx // VEC * VEC
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
     gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
@@ -126,11 +130,13 @@ def _rmsnorm_bwd_kernel(
 
 @triton.jit
 def _rmsnorm_fwd_chunked_kernel(
-    X, GAMMA, Y, CALLS, N, stride_x, stride_y, eps, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, EVEN_N: tl.constexpr,
+    X, GAMMA, Y, CALLS, N, stride_x, stride_y, eps,
+    BLOCK_N: tl.constexpr, STAGES: tl.constexpr, EVEN_N: tl.constexpr, VEC: tl.constexpr,
 ):
     # One program per row (a persistent loop over rows measured slower, docs/performance-notes.md).
     if tl.program_id(0) == 0:  # count the call on the device
         tl.atomic_add(CALLS, 1)
+    N, stride_x, stride_y = N // VEC * VEC, stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride may pass 2**31
     cols = tl.arange(0, BLOCK_N)
     x_row = X + row * stride_x
@@ -167,11 +173,13 @@ def _rmsnorm_fwd_chunked_kernel(
 
 @triton.jit
 def _rmsnorm_bwd_row_stats_kernel(
-    DY, X, GAMMA, RSTD, COEF, CALLS, N, stride_dy, stride_x, eps, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+    DY, X, GAMMA, RSTD, COEF, CALLS, N, stride_dy, stride_x, eps,
+    BLOCK_N: tl.constexpr, STAGES: tl.constexpr, VEC: tl.constexpr,
 ):
     # Per row: r, and coef = r^3 * mean(u * x), the two numbers dx = r * u - x * coef needs.
     if tl.program_id(0) == 0:  # count the call on the device
         tl.atomic_add(CALLS, 1)
+    N, stride_dy, stride_x = N // VEC * VEC, stride_dy // VEC * VEC, stride_x // VEC * VEC  # vector loads
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     sum_sq = tl.zeros((BLOCK_N,), dtype=tl.float32)
@@ -191,12 +199,14 @@ def _rmsnorm_bwd_row_stats_kernel(
 @triton.jit
 def _rmsnorm_bwd_looped_kernel(
     DY, X, GAMMA, DX, PARTIAL, RSTD, COEF, M, N, stride_dy, stride_x, stride_dx,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, VEC: tl.constexpr,
 ):
     # Program (p, s): column segment s of the rows p, p + P, ...; its dgamma share stays in registers
     # because a segment, unlike a 65536-wide row, fits there.
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
+    N = N // VEC * VEC  # vector loads
+    stride_dy, stride_x, stride_dx = stride_dy // VEC * VEC, stride_x // VEC * VEC, stride_dx // VEC * VEC
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
     gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
@@ -269,11 +279,11 @@ def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, calls: tor
     if p.fwd_two_pass:
         _rmsnorm_fwd_chunked_kernel[(p.fwd_programs,)](
             x2, gamma, y, calls, n, x2.stride(0), n, eps,
-            BLOCK_N=p.block_n, STAGES=p.fwd_stages, EVEN_N=n % p.block_n == 0, num_warps=p.fwd_warps)
+            BLOCK_N=p.block_n, STAGES=p.fwd_stages, EVEN_N=n % p.block_n == 0, VEC=p.vec, num_warps=p.fwd_warps)
     else:
         _rmsnorm_fwd_kernel[(p.fwd_programs,)](
             x2, gamma, y, calls, rows, n, x2.stride(0), n, eps,
-            BLOCK_M=p.fwd_block_m, BLOCK_N=p.block_n, STAGES=p.fwd_stages, num_warps=p.fwd_warps)
+            BLOCK_M=p.fwd_block_m, BLOCK_N=p.block_n, STAGES=p.fwd_stages, VEC=p.vec, num_warps=p.fwd_warps)
     return y
 
 
@@ -293,22 +303,24 @@ def rmsnorm_backward(
     dgamma = torch.empty_like(gamma)
     p = p or plan_for(x2, gamma)
     sdy, sx = dy2.stride(0), x2.stride(0)
+    vec = min(p.vec, vector_width(n, dy2))
     if p.looped:
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
         coef = torch.empty(rows, dtype=torch.float32, device=x.device)
         partial = torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
         _rmsnorm_bwd_row_stats_kernel[(rows,)](
             dy2, x2, gamma, rstd, coef, calls, n, sdy, sx, eps,
-            BLOCK_N=STATS_BLOCK_N, STAGES=p.bwd_stages, num_warps=STATS_WARPS)
+            BLOCK_N=p.stats_block_n, STAGES=p.bwd_stages, VEC=vec, num_warps=p.stats_warps)
         _rmsnorm_bwd_looped_kernel[p.bwd_grid](
             dy2, x2, gamma, dx, partial, rstd, coef, rows, n, sdy, sx, n,
-            BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, STAGES=p.bwd_stages, num_warps=p.bwd_warps)
+            BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, STAGES=p.bwd_stages, VEC=vec, num_warps=p.bwd_warps)
     else:
         final = p.partial_rows == 0
         partial = dgamma if final else torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
         _rmsnorm_bwd_kernel[p.bwd_grid[:1]](
             dy2, x2, gamma, dx, partial, calls, rows, n, sdy, sx, n, eps,
-            BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, FINAL=final, STAGES=p.bwd_stages, num_warps=p.bwd_warps)
+            BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, FINAL=final, STAGES=p.bwd_stages, VEC=vec,
+            num_warps=p.bwd_warps)
         if final:
             return dx, dgamma
     _dgamma_column_sum_kernel[(triton.cdiv(n, SUM_BLOCK_N),)](

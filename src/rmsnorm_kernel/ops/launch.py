@@ -29,6 +29,7 @@ Why each number is what it is, with the measurements, is in ``docs/performance-n
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -95,6 +96,11 @@ class Plan:
     #: Backward grid: (programs along rows, column segments).
     bwd_grid: tuple[int, int]
     bwd_stages: int
+    #: Looped rows: the backward's row statistics walk each row in chunks of this many lanes.
+    stats_block_n: int
+    stats_warps: int
+    #: Elements per vector load of x (VEC of the kernels): N and x's row stride and start are multiples.
+    vec: int
 
 
 @functools.lru_cache(maxsize=None)
@@ -129,7 +135,8 @@ def looped_forward_chunk(block_n: int) -> tuple[int, int]:
     return min(chunk, LOOP_FWD_MAX_CHUNK), 16 if block_n <= 16384 else 32
 
 
-def _forward(rows: int, n: int, sms: int, aligned: bool, x_bytes: int, gamma_bytes: int, smem: int) -> dict:
+def _forward(rows: int, n: int, sms: int, vec: int, x_bytes: int, gamma_bytes: int, smem: int) -> dict:
+    aligned = vec * x_bytes == 16
     block_n = triton.next_power_of_2(n)
     if block_n > ROW_LIMIT:
         chunk, warps = looped_forward_chunk(block_n)
@@ -157,35 +164,50 @@ def _backward(rows: int, n: int, sms: int, x_bytes: int, gamma_bytes: int, smem:
         # One depth for both steps: the one whose loads (row statistics: x, dy and gamma) take more room.
         per_stage = max(STATS_BLOCK_N * (2 * x_bytes + gamma_bytes), 2 * SEG_BLOCK_M * SEG_BLOCK_N * x_bytes)
         return dict(bwd_block_m=SEG_BLOCK_M, bwd_block_n=SEG_BLOCK_N, bwd_warps=SEG_WARPS, partial_rows=programs,
-                    bwd_grid=(programs, segments), bwd_stages=stages_that_fit(LOOP_STAGES, per_stage, smem))
+                    bwd_grid=(programs, segments), bwd_stages=stages_that_fit(LOOP_STAGES, per_stage, smem),
+                    stats_block_n=STATS_BLOCK_N, stats_warps=STATS_WARPS)
     if rows * block_n <= SINGLE_PROGRAM_ELEMENTS:
         block_m = min(triton.next_power_of_2(rows), max(1, SINGLE_TILE_ELEMENTS // block_n))
         stages = stages_that_fit(BWD_STAGES, 2 * block_m * block_n * x_bytes, smem) if rows > block_m else 1
         return dict(bwd_block_m=block_m, bwd_block_n=block_n, bwd_warps=max(1, min(SINGLE_WARPS, block_m * block_n // 32)),
-                    partial_rows=0, bwd_grid=(1, 1), bwd_stages=stages)
+                    partial_rows=0, bwd_grid=(1, 1), bwd_stages=stages, stats_block_n=0, stats_warps=0)
     block_m, _, warps = whole_row_tile(block_n)
     tiles = triton.cdiv(rows, block_m)
     programs = min(tiles, BWD_PROGRAMS_PER_SM * sms)
     stages = stages_that_fit(BWD_STAGES, 2 * block_m * block_n * x_bytes, smem) if programs < tiles else 1
     return dict(bwd_block_m=block_m, bwd_block_n=block_n, bwd_warps=warps, partial_rows=programs,
-                bwd_grid=(programs, 1), bwd_stages=stages)
+                bwd_grid=(programs, 1), bwd_stages=stages, stats_block_n=0, stats_warps=0)
 
 
 @functools.lru_cache(maxsize=4096)
-def plan(rows: int, n: int, sms: int, aligned: bool = True, x_bytes: int = 4, gamma_bytes: int = 4,
+def plan(rows: int, n: int, sms: int, vec: int | None = None, x_bytes: int = 4, gamma_bytes: int = 4,
          smem: int = INTERPRETER_SMEM_BYTES) -> Plan:
     """The plan for ``rows`` rows of ``n`` elements on a GPU of ``sms`` multiprocessors and ``smem`` bytes
-    of shared memory per program. ``aligned``: every row of x starts on a 16-byte boundary."""
-    return Plan(**_forward(rows, n, sms, aligned, x_bytes, gamma_bytes, smem),
-                **_backward(rows, n, sms, x_bytes, gamma_bytes, smem))
+    of shared memory per program. ``vec``: elements per vector load of x (``vector_width``); None: rows
+    on 16-byte boundaries if N allows it."""
+    if vec is None:
+        vec = vector_width_of(n, x_bytes)
+    return Plan(**_forward(rows, n, sms, vec, x_bytes, gamma_bytes, smem),
+                **_backward(rows, n, sms, x_bytes, gamma_bytes, smem), vec=vec)
 
 
-def rows_aligned(x2: torch.Tensor) -> bool:
-    """Every row of the (rows, N) view ``x2`` starts on a 16-byte boundary (so it is read in vectors)."""
-    return x2.data_ptr() % 16 == 0 and (x2.shape[0] == 1 or x2.stride(0) * x2.element_size() % 16 == 0)
+def vector_width_of(n: int, element_size: int, *offsets: int) -> int:
+    """The largest power of two, up to 16 bytes of elements, that divides N and each offset (in elements)."""
+    g = functools.reduce(math.gcd, offsets, n)
+    return min(16 // element_size, g & -g) if g else 16 // element_size
+
+
+def vector_width(n: int, *views: torch.Tensor) -> int:
+    """Elements one vector load can take from every row of each (rows, N) view: N, each view's row stride
+    and its start (in elements) are multiples of it. The kernels pass it on to the compiler (VEC), which
+    by itself only notices multiples of 16."""
+    size = views[0].element_size()
+    offsets = [v.data_ptr() // size if v.data_ptr() % size == 0 else 1 for v in views]
+    offsets += [v.stride(0) for v in views if v.shape[0] > 1]
+    return vector_width_of(n, size, *offsets)
 
 
 def plan_for(x2: torch.Tensor, gamma: torch.Tensor) -> Plan:
     """The plan for the (rows, N) view ``x2`` and ``gamma`` on their GPU."""
     sms, smem = device_limits(x2.get_device())
-    return plan(x2.shape[0], x2.shape[1], sms, rows_aligned(x2), x2.element_size(), gamma.element_size(), smem)
+    return plan(x2.shape[0], x2.shape[1], sms, vector_width(x2.shape[1], x2), x2.element_size(), gamma.element_size(), smem)
