@@ -33,23 +33,32 @@ from rmsnorm_kernel.verify import benchmark as bm
 from rmsnorm_kernel.verify.inputs import make_inputs
 
 #: name -> the launch constants it overrides.
-VARIANTS: dict[str, dict[str, int]] = {
+VARIANTS: dict[str, dict[str, float]] = {
     # small problems: persistent programs and a dgamma column sum instead of one program
     "single_off": {"SINGLE_PROGRAM_ELEMENTS": 0},
-    # whole-row backward: one pipeline stage fewer
-    "bwd_s2": {"BWD_STAGES": 2},
+    # rule 1a for every N up to ROW_LIMIT: whole rows padded to a power of two instead of chunks
+    "whole_rows_fwd": {"WHOLE_ROW_FWD_LIMIT": 8192},
+    # rule 1b: half the L2 share, so more warps and fewer programs
+    "l2_share_0.2": {"L2_SHARE": 0.2},
+    # whole-row backward: tiles of 8 KiB, one pipeline stage fewer
+    "bwd_tile_8k": {"BWD_TILE_BYTES": 8192},
+    "bwd_s3": {"BWD_STAGES": 3},
     # rows off a 16-byte boundary: more persistent forward programs, deeper pipeline
     "unaligned_pps4_s3": {"UNALIGNED_FWD_PROGRAMS_PER_SM": 4, "UNALIGNED_FWD_STAGES": 3},
-    # looped rows: the backward's pipeline depth, the forward's chunk, the backward's grid
+    # looped rows: the backward's pipeline depth and statistics chunk, the forward's chunk, the grid
     "loop_s2": {"LOOP_STAGES": 2},
+    "stats_8192_w16": {"STATS_BLOCK_N": 8192, "STATS_WARPS": 16},
     "loop_chunk8192": {"LOOP_FWD_MAX_CHUNK": 8192},
     "seg_pps4": {"SEG_PROGRAMS_PER_SM": 4},
 }
 #: (M, N, dtype) -> the variants timed there, after the base plan.
 SHAPES: dict[tuple[int, int, str], tuple[str, ...]] = {
     (128, 257, "float32"): ("single_off",),
-    (32768, 4096, "float32"): ("bwd_s2",),
-    (8192, 4097, "float16"): ("unaligned_pps4_s3", "bwd_s2"),
+    (16384, 5120, "bfloat16"): ("whole_rows_fwd",),
+    (16384, 7168, "bfloat16"): ("l2_share_0.2",),
+    (65536, 2048, "bfloat16"): ("bwd_tile_8k", "bwd_s3"),
+    (8192, 4097, "float16"): ("unaligned_pps4_s3",),
+    (16384, 9216, "bfloat16"): ("stats_8192_w16",),
     (2048, 65536, "bfloat16"): ("loop_s2", "loop_chunk8192", "seg_pps4"),
 }
 BASE = "base"

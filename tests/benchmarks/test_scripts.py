@@ -25,14 +25,10 @@ def _script(name):
 
 launch_sweep, host_time, compiled_step = _script("launch_sweep"), _script("host_time"), _script("compiled_step")
 
-# An H200: 132 multiprocessors, 227 KiB of shared memory per program.
-H200 = dict(sms=132, smem=227 * 1024)
-
-
 def _h200_plan(m, n, dtype):
     x_bytes = torch.empty((), dtype=getattr(torch, dtype)).element_size()
     # contiguous rows start on a 16-byte boundary exactly when a row's bytes are a multiple of 16
-    return launch.plan(m, n, H200["sms"], None if n * x_bytes % 16 == 0 else 1, x_bytes, x_bytes, H200["smem"])
+    return launch.plan(m, n, launch.H200, None if n * x_bytes % 16 == 0 else 1, x_bytes, x_bytes)
 
 
 def test_every_sweep_variant_changes_the_plan_of_a_shape_and_is_undone_afterwards():
@@ -56,10 +52,10 @@ def test_the_sweep_refuses_constants_an_override_would_not_reach():
         with launch_sweep.overrides(TILE_ELEMENT=1):
             pass
     # bound into kernels.py at import: the launchers would keep launching the old value
-    with pytest.raises(ValueError, match="STATS_BLOCK_N is read by the launchers"):
-        with launch_sweep.overrides(STATS_BLOCK_N=4096):
+    with pytest.raises(ValueError, match="SUM_BLOCK_N is read by the launchers"):
+        with launch_sweep.overrides(SUM_BLOCK_N=64):
             pass
-    assert launch.STATS_BLOCK_N != 4096
+    assert launch.SUM_BLOCK_N != 64
 
 
 class FasterEachTime:

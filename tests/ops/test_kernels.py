@@ -13,6 +13,8 @@ from rmsnorm_kernel.verify.inputs import make_inputs
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # Whole rows: N of 1, around a power of two, and past one; M of 1, 17 (not a tile multiple) and 128.
 SHAPES = [(1, 1), (17, 7), (128, 255), (17, 256), (1, 257), (128, 257), (17, 1000), (17, 4096), (2, 5, 257), (3, 4, 1, 64)]
+# Rows walked in chunks by the forward (launch.py, rule 1b): N a multiple of the chunk, and not.
+CHUNKED_SHAPES = [(5, 3072), (17, 3000)]
 # Rows longer than launch.ROW_LIMIT take the looped kernels; N = 65536 is the contract's limit.
 LONG_CASES = [((3, 8193), torch.float32), ((2, 20000), torch.float32), ((2, 20000), torch.bfloat16), ((3, 65536), torch.bfloat16)]
 
@@ -41,9 +43,17 @@ def test_triton_matches_oracle_forward_dx_and_dgamma(shape, dtype, device):
     assert_matches_oracle(*make_inputs(shape, dtype, device))
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", CHUNKED_SHAPES, ids=str)
+def test_rows_the_forward_walks_in_chunks_match_oracle(shape, dtype, device):
+    p = launch.plan(shape[0], shape[1], launch.gpu_limits(None), None, dtype.itemsize, dtype.itemsize)
+    assert p.fwd_two_pass and not p.looped and (shape[1] % p.block_n == 0) == (shape[1] == 3072)
+    assert_matches_oracle(*make_inputs(shape, dtype, device))
+
+
 @pytest.mark.parametrize("shape, dtype", LONG_CASES, ids=str)
 def test_long_rows_match_oracle_forward_dx_and_dgamma(shape, dtype, device):
-    assert launch.plan(shape[0], shape[-1], 2).looped
+    assert launch.plan(shape[0], shape[-1]).looped
     assert_matches_oracle(*make_inputs(shape, dtype, device))
 
 
@@ -67,8 +77,7 @@ def test_triton_matches_hand_worked_numbers(device):
 
 @pytest.mark.parametrize("shape", [(128, 1000), (40, 4096), (9, 9000)], ids=str)
 def test_backward_with_dgamma_partials_is_bitwise_deterministic(shape, device):
-    sms, smem = launch.device_limits(None)
-    assert launch.plan(shape[0], shape[1], sms).partial_rows >= 1  # the two-pass dgamma reduction runs
+    assert launch.plan(shape[0], shape[1], launch.gpu_limits(None)).partial_rows >= 1  # the two-pass dgamma reduction runs
     x, gamma, dy = make_inputs(shape, torch.float32, device)
     first, second = triton_grads(x, gamma, dy), triton_grads(x, gamma, dy)
     for a, b in zip(first, second):
@@ -85,8 +94,7 @@ def test_backward_accepts_a_broadcast_upstream_gradient(device):
 def test_rows_off_a_16_byte_boundary_take_persistent_programs_and_match(device):
     """float16 rows of 4097 elements start off 16-byte boundaries: the forward runs fewer, persistent
     programs that loop over the row tiles."""
-    sms, _ = launch.device_limits(None)
-    rows = 4 * launch.UNALIGNED_FWD_PROGRAMS_PER_SM * sms + 3
+    rows = 4 * launch.UNALIGNED_FWD_PROGRAMS_PER_SM * launch.gpu_limits(None).sms + 3
     x, gamma, dy = make_inputs((rows, 4097), torch.float16, device)
     p = launch.plan_for(x, gamma)
     assert launch.vector_width(4097, x) == 1 and p.fwd_programs < rows
@@ -96,7 +104,7 @@ def test_rows_off_a_16_byte_boundary_take_persistent_programs_and_match(device):
 @pytest.mark.parametrize("n", [16384, 20000], ids=lambda n: f"N={n}")
 def test_looped_forward_with_whole_chunks_or_a_partial_last_chunk(n, device):
     """N a multiple of the chunk takes the unmasked loads (EVEN_N), any other N the masked ones."""
-    p = launch.plan(3, n, 2)
+    p = launch.plan(3, n)
     assert p.looped and p.fwd_programs == 3 and (n % p.block_n == 0) == (n == 16384)
     x, gamma, dy = make_inputs((3, n), torch.bfloat16, device)
     assert compare(rmsnorm(x, gamma), oracle(x, gamma, dy)[0]).ok
@@ -105,10 +113,10 @@ def test_looped_forward_with_whole_chunks_or_a_partial_last_chunk(n, device):
 def test_looped_backward_with_more_rows_than_programs(device):
     """More row tiles than persistent programs, so each program sums several rows into its partial."""
     n = 20000
-    sms, _ = launch.device_limits(None)
-    programs = launch.plan(10**6, n, sms).partial_rows
+    gpu = launch.gpu_limits(None)
+    programs = launch.plan(10**6, n, gpu).partial_rows
     shape = ((programs + 1) * launch.SEG_BLOCK_M, n)
-    p = launch.plan(shape[0], n, sms)
+    p = launch.plan(shape[0], n, gpu)
     assert p.looped and shape[0] // p.bwd_block_m > p.bwd_grid[0]
     assert_matches_oracle(*make_inputs(shape, torch.float16, device))
 
@@ -117,11 +125,12 @@ class _LaunchSpy:
     """Stands in for a Triton kernel and records the arguments it is launched with."""
 
     def __init__(self, kernel):
-        self.kernel, self.calls = kernel, []
+        self.kernel, self.calls, self.constants = kernel, [], []
 
     def __getitem__(self, grid):
         def launch_(*args, **kwargs):
             self.calls.append(args)
+            self.constants.append(kwargs)
             return self.kernel[grid](*args, **kwargs)
 
         return launch_
@@ -135,7 +144,8 @@ def test_rows_of_a_wider_tensor_are_read_in_place(n, device, monkeypatch):
     dy = make_inputs((6, n), torch.float32, device, seed=1)[2]
     x = wide[:, :n]
     assert not x.is_contiguous()
-    fwd_name = "_rmsnorm_fwd_chunked_kernel" if n > launch.ROW_LIMIT else "_rmsnorm_fwd_kernel"
+    p = launch.plan_for(x, gamma)
+    fwd_name = "_rmsnorm_fwd_chunked_kernel" if p.fwd_two_pass else "_rmsnorm_fwd_kernel"
     bwd_name = "_rmsnorm_bwd_row_stats_kernel" if n > launch.ROW_LIMIT else "_rmsnorm_bwd_kernel"
     spies = {name: _LaunchSpy(getattr(kernels, name)) for name in (fwd_name, bwd_name)}
     for name, spy in spies.items():
@@ -151,6 +161,25 @@ def test_rows_of_a_wider_tensor_are_read_in_place(n, device, monkeypatch):
     assert torch.equal(wide_leaf.grad[:, n:], torch.zeros_like(wide_leaf.grad[:, n:]))
     assert compare(y, y_ref).ok and compare(wide_leaf.grad[:, :n], dx_ref).ok and compare(gl.grad, dgamma_ref).ok
     assert y.is_contiguous()
+
+
+def test_kernels_are_told_the_vector_width_every_row_of_x_and_dy_allows(device, monkeypatch):
+    """VEC promises the compiler that N and the row strides are multiples of it: the launcher must pass
+    the width of the narrowest tensor (here dy's rows, 1002 elements apart: 2), and the results match."""
+    n = 1000
+    wide_x, gamma, _ = make_inputs((6, 1004), torch.bfloat16, device)
+    wide_dy = make_inputs((6, 1002), torch.bfloat16, device, seed=1)[0]
+    x, dy, gamma = wide_x[:, :n], wide_dy[:, :n], gamma[:n].contiguous()
+    spies = {name: _LaunchSpy(getattr(kernels, name)) for name in ("_rmsnorm_fwd_kernel", "_rmsnorm_bwd_kernel")}
+    for name, spy in spies.items():
+        monkeypatch.setattr(kernels, name, spy)
+    calls = torch.zeros(1, dtype=torch.int32, device=device)
+    y = kernels.rmsnorm_forward(x, gamma, 1e-6, calls)
+    dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, calls)
+    assert spies["_rmsnorm_fwd_kernel"].constants[0]["VEC"] == 4  # x's rows are 1004 elements apart
+    assert spies["_rmsnorm_bwd_kernel"].constants[0]["VEC"] == 2
+    for got, want in zip((y, dx, dgamma), oracle(x, gamma, dy)):
+        assert compare(got, want).ok
 
 
 def test_three_dimensional_slice_with_one_row_stride(device):

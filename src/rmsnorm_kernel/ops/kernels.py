@@ -11,10 +11,16 @@ Two shapes of kernel, chosen by the row length N (``launch.py`` holds the rules)
 - Whole rows (BLOCK_N = next_power_of_2(N) <= launch.ROW_LIMIT): a program holds BLOCK_M complete rows
   in registers, so x and dy are read from memory once. The lanes past N are masked and read as 0: they
   add nothing to the sums, but they are not elements, so every mean divides by N, never by BLOCK_N.
-- Looped rows (N > ROW_LIMIT, up to contract.MAX_N = 65536): a row does not fit in one program's
-  registers, so the kernels walk it in column chunks of BLOCK_N. The forward reads each row twice (the
-  sum of squares, then y), the second time from L2; the backward takes two steps. Aligned rows of
-  a padded width of 16 KiB take the same two-pass forward, one chunk a row (launch.py, rule 3).
+- Rows walked in column chunks of BLOCK_N: the backward's for N > launch.ROW_LIMIT (up to
+  contract.MAX_N = 65536), in two steps, because a row does not fit in one program's registers; the
+  forward's for those rows and for most N that are not powers of two, where a padded whole row would
+  waste lanes. The forward reads each row twice (the sum of squares, then y), the second time from L2.
+
+Vector loads: Triton reads several elements per load only where it can prove that N and the row
+strides are multiples of that many, and by itself it notices multiples of 16 alone. The launcher
+passes VEC, the largest such width it checked (``launch.vector_width``), and each kernel first writes
+``N = N // VEC * VEC``: the same value, which the compiler now knows to be a multiple of VEC. At N = 1000
+in bfloat16 that makes loads 16 bytes wide instead of 2.
 
 The backward recomputes r from the row of x it loads anyway rather than reading a saved copy: the
 custom op returns y alone, and the recomputation costs arithmetic, not memory traffic.

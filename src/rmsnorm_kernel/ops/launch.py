@@ -1,29 +1,35 @@
-"""Launch plans: how many programs, rows per tile, warps and pipeline stages each kernel gets.
+"""Launch plans: how many programs, rows per tile, warps, chunks and pipeline stages each kernel gets.
 
-A plan is a function of the problem (rows, N, element sizes, whether rows start on 16-byte boundaries)
-and of the GPU (multiprocessors, shared memory per program). It follows from these rules:
+A plan is a function of the problem (rows, N, element sizes, how wide a vector load the rows allow) and
+of the GPU (multiprocessors, shared memory, L2 size, threads per multiprocessor), by these rules:
 
-1. Rows up to ``ROW_LIMIT`` lanes (BLOCK_N = next power of two of N) are held whole in registers; wider
-   rows are walked in column chunks (the looped kernels).
-2. Whole rows: a tile holds about ``TILE_ELEMENTS`` elements, so short rows share a tile; the forward
-   gives each thread 16 to 32 elements (``tile // 512`` warps, 1 to 8); the backward holds x, dy and a
-   float64 dgamma sum per element, so a single-row tile gets ``BLOCK_N // 256`` warps, up to 16.
-3. The forward launches one program per tile. Rows off a 16-byte boundary are read element by element
-   and need more loads in flight: 2 persistent programs per multiprocessor with a 2-stage pipeline.
-   Aligned rows whose padded width (``BLOCK_N`` times the element size) is ``TWO_PASS_ROW_BYTES`` run
-   the looped rows' two-pass forward, the whole row as one chunk over 8 warps: its second read of the
-   row comes from L2, and it beat holding the row in registers by 3-5% at 16384x8192 (half precision)
-   and 32768x4096 (float32). That covers every aligned half-precision N from 4097 to 8192 and float32
-   from 2049 to 4096, which were not all measured (``benchmark-sweep`` has them).
-4. The backward runs one persistent program per multiprocessor (each writes one row of float64 dgamma
-   partials), with a 3-stage pipeline; a problem of at most ``SINGLE_PROGRAM_ELEMENTS`` elements runs
-   as one program that writes dgamma itself (one launch fewer).
-5. Pipeline stages are cut to what fits in shared memory.
-6. Looped rows: the forward is one program per row over chunks of a quarter row (half a row at 65536),
-   the backward's second step tiles of ``SEG_BLOCK_M`` x ``SEG_BLOCK_N`` over about 2 programs per
+1. Forward, three ways, by N:
+   a. Whole rows in registers, several rows a tile (about ``TILE_ELEMENTS`` elements, ``tile // 512``
+      warps): N a power of two up to ``ROW_LIMIT``, where BLOCK_N = N wastes no lane, and any N up to
+      ``WHOLE_ROW_FWD_LIMIT``, where a row is short. Rows off a 16-byte boundary take this kernel at
+      every BLOCK_N up to ``ROW_LIMIT``, as persistent programs (2 a multiprocessor, 2 stages), because
+      narrow loads need more of them in flight. Aligned rows padded to 16 KiB (half precision 8192,
+      float32 4096) take 1c's kernel as one chunk of 8 warps.
+   b. Two passes over the row in chunks, one program a row, the second pass from L2: every other N
+      whose rows in flight fit in ``L2_SHARE`` of L2. The warps are the fewest of 4, 8, 16 that keep
+      (programs a multiprocessor can hold) x (multiprocessors) x (row bytes) within that share; each
+      thread takes 4 elements of a chunk. More programs keep more loads in flight while rows are short;
+      longer rows need fewer of them, or their second read misses L2.
+   c. Longer rows, and powers of two above ``ROW_LIMIT``: the same kernel over quarter-row chunks (half
+      a row at 65536), 16 warps up to 16384 lanes, 32 above.
+2. Backward, whole rows (BLOCK_N up to ``ROW_LIMIT``): one persistent program a multiprocessor (each
+   writes one row of float64 dgamma partials). A tile holds ``BWD_TILE_BYTES`` of x (at most
+   ``MAX_ROWS_PER_TILE`` rows); its warps span one row with one 16-byte vector a thread, up to 8, so
+   that the per-column dgamma sum over the tile's rows stays inside each thread. ``BWD_STAGES`` stages
+   of cp.async copies keep the next tiles in flight. A problem of at most ``SINGLE_PROGRAM_ELEMENTS``
+   elements runs as one program that writes dgamma itself (one launch fewer).
+3. Backward, longer rows: per-row statistics in chunks of ``STATS_BLOCK_N`` over ``STATS_WARPS`` warps,
+   then dx and the partials in tiles of ``SEG_BLOCK_M`` x ``SEG_BLOCK_N`` over about 2 programs a
    multiprocessor.
+4. Pipeline stages are cut to what fits in shared memory.
 
-Why each number is what it is, with the measurements, is in ``docs/performance-notes.md``.
+The rules were fitted on hidden sizes that are multiples of 1024; ``benchmark-sweep`` reports them on
+the others. Why each number is what it is, with the measurements, is in ``docs/performance-notes.md``.
 """
 
 from __future__ import annotations
@@ -38,22 +44,29 @@ import triton
 from .backend import CUDA, backend
 
 ROW_LIMIT = 8192
+WHOLE_ROW_FWD_LIMIT = 2048
 TILE_ELEMENTS = 2048
 MAX_ROWS_PER_TILE = 16
 UNALIGNED_FWD_PROGRAMS_PER_SM = 2
 UNALIGNED_FWD_STAGES = 2
 TWO_PASS_ROW_BYTES = 16 * 1024
 TWO_PASS_WARPS = 8
+# Rule 1b: the share of L2 the rows in flight may take, the warps tried, and elements a thread per chunk.
+L2_SHARE = 0.4
+CHUNKED_FWD_WARPS = (4, 8, 16)
+CHUNK_ELEMENTS_PER_THREAD = 4
+BWD_TILE_BYTES = 16 * 1024
+BWD_MAX_WARPS = 8
 BWD_PROGRAMS_PER_SM = 1
-BWD_STAGES = 3
+BWD_STAGES = 4
 SINGLE_PROGRAM_ELEMENTS = 65536
 SINGLE_TILE_ELEMENTS = 4096
 SINGLE_WARPS = 4
 # Looped rows (N > ROW_LIMIT)
 LOOP_FWD_MAX_CHUNK = 32768
 LOOP_STAGES = 3
-STATS_BLOCK_N = 8192
-STATS_WARPS = 16
+STATS_BLOCK_N = 2048
+STATS_WARPS = 4
 SEG_BLOCK_N = 2048
 SEG_BLOCK_M = 2
 SEG_WARPS = 8
@@ -62,13 +75,27 @@ SEG_PROGRAMS_PER_SM = 2
 SUM_BLOCK_P = 64
 SUM_BLOCK_N = 32
 SUM_WARPS = 4
-# Stand-ins where no GPU reports its limits: the interpreter (a small GPU, quick on the CPU), and the
-# shared memory of an H100/H200. DEFAULT_SMEM_BYTES: CUDA's default when the opt-in limit is missing.
-INTERPRETER_SM_COUNT = 2
-INTERPRETER_SMEM_BYTES = 227 * 1024
-DEFAULT_SMEM_BYTES = 48 * 1024
 # Shared memory left for Triton's own reduction scratch when sizing pipeline stages.
 SMEM_RESERVE_BYTES = 8 * 1024
+# CUDA's default shared memory per block when the opt-in limit is missing.
+DEFAULT_SMEM_BYTES = 48 * 1024
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """The limits of a GPU that the plans depend on."""
+
+    sms: int
+    #: Shared memory one program may use (the opt-in limit, the one Triton launches against).
+    smem_bytes: int
+    l2_bytes: int
+    threads_per_sm: int
+
+
+#: An H200 (and H100): the limits the plans were fitted on.
+H200 = Gpu(sms=132, smem_bytes=227 * 1024, l2_bytes=60 * 1024 * 1024, threads_per_sm=2048)
+#: The interpreter's stand-in: an H200 of 2 multiprocessors, so that persistent grids stay small on the CPU.
+INTERPRETER_GPU = Gpu(sms=2, smem_bytes=H200.smem_bytes, l2_bytes=H200.l2_bytes, threads_per_sm=H200.threads_per_sm)
 
 
 @dataclass(frozen=True)
@@ -77,7 +104,7 @@ class Plan:
 
     #: Rows wider than ROW_LIMIT: the forward walks them in chunks, the backward takes two steps.
     looped: bool
-    #: The forward runs the two-pass kernel, one program per row (looped rows, and rule 3's rows).
+    #: The forward runs the two-pass kernel, one program per row (rules 1b and 1c, and 16 KiB rows).
     fwd_two_pass: bool
     #: Lanes per row (whole-row forward) or per chunk (two-pass forward).
     block_n: int
@@ -104,15 +131,16 @@ class Plan:
 
 
 @functools.lru_cache(maxsize=None)
-def device_limits(device_index: int | None) -> tuple[int, int]:
-    """(multiprocessors, shared memory one program may use) of a CUDA device by index (None or -1: the
-    current one); the interpreter's stand-ins when the kernels do not run on a GPU."""
+def gpu_limits(device_index: int | None) -> Gpu:
+    """The limits of a CUDA device by index (None or -1: the current one); the interpreter's stand-in
+    when the kernels do not run on a GPU."""
     if backend() != CUDA:
-        return INTERPRETER_SM_COUNT, INTERPRETER_SMEM_BYTES
+        return INTERPRETER_GPU
     index = device_index if device_index is not None and device_index >= 0 else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
-    # The opt-in limit is the one Triton launches against.
-    return props.multi_processor_count, getattr(props, "shared_memory_per_block_optin", 0) or DEFAULT_SMEM_BYTES
+    return Gpu(sms=props.multi_processor_count,
+               smem_bytes=getattr(props, "shared_memory_per_block_optin", 0) or DEFAULT_SMEM_BYTES,
+               l2_bytes=props.L2_cache_size, threads_per_sm=props.max_threads_per_multi_processor)
 
 
 def stages_that_fit(wanted: int, bytes_per_stage: int, smem_bytes: int) -> int:
@@ -121,74 +149,91 @@ def stages_that_fit(wanted: int, bytes_per_stage: int, smem_bytes: int) -> int:
     return max(1, min(wanted, 1 + (smem_bytes - SMEM_RESERVE_BYTES) // max(1, bytes_per_stage)))
 
 
-def whole_row_tile(block_n: int) -> tuple[int, int, int]:
-    """Rule 2: (rows per tile, forward warps, backward warps) for rows of BLOCK_N lanes."""
+def whole_row_tile(block_n: int) -> tuple[int, int]:
+    """Rule 1a: (rows per tile, warps) of the whole-row forward for rows of BLOCK_N lanes."""
     block_m = max(1, min(MAX_ROWS_PER_TILE, TILE_ELEMENTS // block_n))
-    fwd_warps = max(1, min(8, block_m * block_n // 512))
-    bwd_warps = fwd_warps if block_m > 1 else max(1, min(16, block_n // 256))
-    return block_m, fwd_warps, bwd_warps
+    return block_m, max(1, min(8, block_m * block_n // 512))
+
+
+def chunked_forward(n: int, x_bytes: int, gpu: Gpu) -> tuple[int, int] | None:
+    """Rule 1b: (chunk, warps) of the two-pass forward, or None when no warp count keeps the rows in
+    flight (one per program a multiprocessor holds) within ``L2_SHARE`` of L2."""
+    for warps in CHUNKED_FWD_WARPS:
+        programs_per_sm = gpu.threads_per_sm // (32 * warps)
+        if programs_per_sm * gpu.sms * n * x_bytes <= L2_SHARE * gpu.l2_bytes:
+            return CHUNK_ELEMENTS_PER_THREAD * 32 * warps, warps
+    return None
 
 
 def looped_forward_chunk(block_n: int) -> tuple[int, int]:
-    """Rule 6: (chunk, warps) of the looped forward; 32 warps from 32768 lanes on."""
+    """Rule 1c: (chunk, warps) of the looped forward; 32 warps from 32768 lanes on."""
     chunk = block_n // 2 if block_n >= 2 * LOOP_FWD_MAX_CHUNK else block_n // 4
     return min(chunk, LOOP_FWD_MAX_CHUNK), 16 if block_n <= 16384 else 32
 
 
-def _forward(rows: int, n: int, sms: int, vec: int, x_bytes: int, gamma_bytes: int, smem: int) -> dict:
+def backward_tile(block_n: int, x_bytes: int) -> tuple[int, int]:
+    """Rule 2: (rows per tile, warps) of the whole-row backward for rows of BLOCK_N lanes."""
+    block_m = max(1, min(MAX_ROWS_PER_TILE, BWD_TILE_BYTES // (block_n * x_bytes)))
+    return block_m, max(1, min(BWD_MAX_WARPS, block_n * x_bytes // (16 * 32)))
+
+
+def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int) -> dict:
     aligned = vec * x_bytes == 16
     block_n = triton.next_power_of_2(n)
+    two_pass = dict(fwd_two_pass=True, fwd_block_m=1, fwd_programs=rows, fwd_stages=1)
+    if block_n <= ROW_LIMIT and aligned and block_n * x_bytes == TWO_PASS_ROW_BYTES and block_n == n:
+        return dict(looped=False, block_n=block_n, fwd_warps=TWO_PASS_WARPS, **two_pass)
+    if aligned and block_n != n and n > WHOLE_ROW_FWD_LIMIT and (chunked := chunked_forward(n, x_bytes, gpu)):
+        chunk, warps = chunked
+        return dict(looped=block_n > ROW_LIMIT, block_n=chunk, fwd_warps=warps, **two_pass)
     if block_n > ROW_LIMIT:
         chunk, warps = looped_forward_chunk(block_n)
-        return dict(looped=True, fwd_two_pass=True, block_n=chunk, fwd_block_m=1, fwd_warps=warps, fwd_programs=rows, fwd_stages=1)
-    if aligned and block_n * x_bytes == TWO_PASS_ROW_BYTES:
-        return dict(looped=False, fwd_two_pass=True, block_n=block_n, fwd_block_m=1, fwd_warps=TWO_PASS_WARPS,
-                    fwd_programs=rows, fwd_stages=1)
-    block_m, warps, _ = whole_row_tile(block_n)
+        return dict(looped=True, block_n=chunk, fwd_warps=warps, **two_pass)
+    block_m, warps = whole_row_tile(block_n)
     tiles = triton.cdiv(rows, block_m)
     if aligned:
         return dict(looped=False, fwd_two_pass=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps,
                     fwd_programs=tiles, fwd_stages=1)
-    programs = min(tiles, UNALIGNED_FWD_PROGRAMS_PER_SM * sms)
+    programs = min(tiles, UNALIGNED_FWD_PROGRAMS_PER_SM * gpu.sms)
     # Pipelining needs a second tile to fetch: with one tile per program it only adds a prologue.
-    stages = stages_that_fit(UNALIGNED_FWD_STAGES, block_m * block_n * x_bytes, smem) if programs < tiles else 1
+    stages = stages_that_fit(UNALIGNED_FWD_STAGES, block_m * block_n * x_bytes, gpu.smem_bytes) if programs < tiles else 1
     return dict(looped=False, fwd_two_pass=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps,
                 fwd_programs=programs, fwd_stages=stages)
 
 
-def _backward(rows: int, n: int, sms: int, x_bytes: int, gamma_bytes: int, smem: int) -> dict:
+def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> dict:
     block_n = triton.next_power_of_2(n)
     if block_n > ROW_LIMIT:
         segments = triton.cdiv(n, SEG_BLOCK_N)
-        programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), SEG_PROGRAMS_PER_SM * sms // segments))
+        programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), SEG_PROGRAMS_PER_SM * gpu.sms // segments))
         # One depth for both steps: the one whose loads (row statistics: x, dy and gamma) take more room.
         per_stage = max(STATS_BLOCK_N * (2 * x_bytes + gamma_bytes), 2 * SEG_BLOCK_M * SEG_BLOCK_N * x_bytes)
         return dict(bwd_block_m=SEG_BLOCK_M, bwd_block_n=SEG_BLOCK_N, bwd_warps=SEG_WARPS, partial_rows=programs,
-                    bwd_grid=(programs, segments), bwd_stages=stages_that_fit(LOOP_STAGES, per_stage, smem),
+                    bwd_grid=(programs, segments), bwd_stages=stages_that_fit(LOOP_STAGES, per_stage, gpu.smem_bytes),
                     stats_block_n=STATS_BLOCK_N, stats_warps=STATS_WARPS)
+    no_stats = dict(stats_block_n=0, stats_warps=0)
     if rows * block_n <= SINGLE_PROGRAM_ELEMENTS:
         block_m = min(triton.next_power_of_2(rows), max(1, SINGLE_TILE_ELEMENTS // block_n))
-        stages = stages_that_fit(BWD_STAGES, 2 * block_m * block_n * x_bytes, smem) if rows > block_m else 1
+        stages = stages_that_fit(BWD_STAGES, 2 * block_m * block_n * x_bytes, gpu.smem_bytes) if rows > block_m else 1
         return dict(bwd_block_m=block_m, bwd_block_n=block_n, bwd_warps=max(1, min(SINGLE_WARPS, block_m * block_n // 32)),
-                    partial_rows=0, bwd_grid=(1, 1), bwd_stages=stages, stats_block_n=0, stats_warps=0)
-    block_m, _, warps = whole_row_tile(block_n)
+                    partial_rows=0, bwd_grid=(1, 1), bwd_stages=stages, **no_stats)
+    block_m, warps = backward_tile(block_n, x_bytes)
     tiles = triton.cdiv(rows, block_m)
-    programs = min(tiles, BWD_PROGRAMS_PER_SM * sms)
-    stages = stages_that_fit(BWD_STAGES, 2 * block_m * block_n * x_bytes, smem) if programs < tiles else 1
+    programs = min(tiles, BWD_PROGRAMS_PER_SM * gpu.sms)
+    stages = stages_that_fit(BWD_STAGES, 2 * block_m * block_n * x_bytes, gpu.smem_bytes) if programs < tiles else 1
     return dict(bwd_block_m=block_m, bwd_block_n=block_n, bwd_warps=warps, partial_rows=programs,
-                bwd_grid=(programs, 1), bwd_stages=stages, stats_block_n=0, stats_warps=0)
+                bwd_grid=(programs, 1), bwd_stages=stages, **no_stats)
 
 
 @functools.lru_cache(maxsize=4096)
-def plan(rows: int, n: int, sms: int, vec: int | None = None, x_bytes: int = 4, gamma_bytes: int = 4,
-         smem: int = INTERPRETER_SMEM_BYTES) -> Plan:
-    """The plan for ``rows`` rows of ``n`` elements on a GPU of ``sms`` multiprocessors and ``smem`` bytes
-    of shared memory per program. ``vec``: elements per vector load of x (``vector_width``); None: rows
-    on 16-byte boundaries if N allows it."""
+def plan(rows: int, n: int, gpu: Gpu = INTERPRETER_GPU, vec: int | None = None, x_bytes: int = 4,
+         gamma_bytes: int = 4) -> Plan:
+    """The plan for ``rows`` rows of ``n`` elements of ``x_bytes`` bytes on ``gpu``. ``vec``: elements per
+    vector load of x (``vector_width``); None: as many as 16 bytes and N allow (rows that start on
+    16-byte boundaries)."""
     if vec is None:
         vec = vector_width_of(n, x_bytes)
-    return Plan(**_forward(rows, n, sms, vec, x_bytes, gamma_bytes, smem),
-                **_backward(rows, n, sms, x_bytes, gamma_bytes, smem), vec=vec)
+    return Plan(**_forward(rows, n, gpu, vec, x_bytes), **_backward(rows, n, gpu, x_bytes, gamma_bytes), vec=vec)
 
 
 def vector_width_of(n: int, element_size: int, *offsets: int) -> int:
@@ -209,5 +254,5 @@ def vector_width(n: int, *views: torch.Tensor) -> int:
 
 def plan_for(x2: torch.Tensor, gamma: torch.Tensor) -> Plan:
     """The plan for the (rows, N) view ``x2`` and ``gamma`` on their GPU."""
-    sms, smem = device_limits(x2.get_device())
-    return plan(x2.shape[0], x2.shape[1], sms, vector_width(x2.shape[1], x2), x2.element_size(), gamma.element_size(), smem)
+    n = x2.shape[1]
+    return plan(x2.shape[0], n, gpu_limits(x2.get_device()), vector_width(n, x2), x2.element_size(), gamma.element_size())

@@ -4,7 +4,9 @@ Each mutant is the source of a whole-row kernel of ``ops/kernels.py`` with one t
 every mean divides by BLOCK_N (the padded, power-of-two width) instead of N (the row's real length),
 that is ``/ N`` becomes ``/ BLOCK_N``. For N a power of two the two are equal and the defect hides; for
 N = 257, BLOCK_N = 512 and every mean is about half what it should be (a row of ones gives about
-1.411458 instead of 0.9999995). They run with the operator's own launch plan. Never used by the operator.
+1.411458 instead of 0.9999995). They run with the operator's own launch plan, except that the forward
+mutant always holds whole rows (the operator walks some rows in chunks, ``launch.py`` rule 1b). Never
+used by the operator.
 
 The looped kernels (N > launch.ROW_LIMIT) divide by N too, but their chunk is not a padded row, so the
 defect has no counterpart there.
@@ -12,6 +14,7 @@ defect has no counterpart there.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import re
@@ -20,7 +23,7 @@ import textwrap
 import torch
 
 from ..ops import kernels
-from ..ops.launch import device_limits, plan
+from ..ops.launch import plan_for, whole_row_tile
 
 #: The substitution: a division by the row length N becomes a division by the block width BLOCK_N.
 MEAN_OVER_N = re.compile(r"/ N\b")
@@ -55,11 +58,13 @@ def block_mean_kernel(name: str):
 
 
 def _whole_row_plan(x2: torch.Tensor, gamma: torch.Tensor):
-    sms, smem = device_limits(x2.get_device())
-    aligned = x2.data_ptr() % 16 == 0 and x2.stride(0) * x2.element_size() % 16 == 0
-    p = plan(x2.shape[0], x2.shape[1], sms, aligned, x2.element_size(), gamma.element_size(), smem)
+    p = plan_for(x2, gamma)
     if p.looped:
         raise ValueError(f"mutants: N = {x2.shape[1]} takes the looped kernels, which have no BLOCK-denominator mutant")
+    if p.fwd_two_pass:  # the whole-row forward's settings for these rows instead
+        block_m, warps = whole_row_tile(p.bwd_block_n)
+        p = dataclasses.replace(p, fwd_two_pass=False, block_n=p.bwd_block_n, fwd_block_m=block_m, fwd_warps=warps,
+                                fwd_programs=-(-x2.shape[0] // block_m), fwd_stages=1)
     return p
 
 
@@ -72,7 +77,7 @@ def forward_block_mean(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torc
     calls = torch.zeros(1, dtype=torch.int32, device=x.device)  # not the operator's counter
     block_mean_kernel("_rmsnorm_fwd_kernel")[(p.fwd_programs,)](
         x2, gamma, y, calls, x2.shape[0], n, x2.stride(0), n, eps,
-        BLOCK_M=p.fwd_block_m, BLOCK_N=p.block_n, STAGES=p.fwd_stages, num_warps=p.fwd_warps)
+        BLOCK_M=p.fwd_block_m, BLOCK_N=p.block_n, STAGES=p.fwd_stages, VEC=p.vec, num_warps=p.fwd_warps)
     return y
 
 
@@ -87,5 +92,5 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
     calls = torch.zeros(1, dtype=torch.int32, device=x.device)
     block_mean_kernel("_rmsnorm_bwd_kernel")[p.bwd_grid[:1]](
         dy2, x2, gamma, dx, partial, calls, x2.shape[0], n, dy2.stride(0), x2.stride(0), n, eps,
-        BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, FINAL=False, STAGES=p.bwd_stages, num_warps=p.bwd_warps)
+        BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, FINAL=False, STAGES=p.bwd_stages, VEC=1, num_warps=p.bwd_warps)
     return dx
