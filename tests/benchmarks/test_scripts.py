@@ -24,6 +24,7 @@ def _script(name):
 
 
 launch_sweep, host_time, compiled_step = _script("launch_sweep"), _script("host_time"), _script("compiled_step")
+launch_rules = _script("launch_rules")
 
 def _h200_plan(m, n, dtype):
     x_bytes = torch.empty((), dtype=getattr(torch, dtype)).element_size()
@@ -105,8 +106,22 @@ def test_compiled_step_trains_the_same_network_on_both_paths_and_counts_triton_c
 
 
 @no_gpu_only
-@pytest.mark.parametrize("script", [launch_sweep, host_time, compiled_step], ids=lambda s: s.__name__)
+@pytest.mark.parametrize("script", [launch_sweep, launch_rules, host_time, compiled_step], ids=lambda s: s.__name__)
 def test_without_a_gpu_each_script_exits_2_saying_it_needs_one(script, capsys):
     assert script.main([]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs a CUDA GPU" in err[0]
+
+
+@pytest.mark.parametrize("kind, n", [("fwd", 3000), ("bwd", 1000), ("bwd", 9000)], ids=str)
+def test_every_launch_rules_variant_is_a_plan_the_kernels_run_correctly(kind, n, device):
+    """Each variant is timed only if it computes what the shipped plan computes; on the CPU the variants
+    run through the interpreter at a few rows, and each must differ from the shipped plan and agree with
+    it (the shipped plan is checked against the oracle by tests/ops)."""
+    records = list(launch_rules.run_item(kind, "bfloat16", n, device, bench=lambda fn: (fn(), 1.0)[1], x_bytes_total=6 * n * 2))
+    names = [r["variant"] for r in records]
+    assert names[0] == "base" and len(names) == len(set(names)) > 3
+    assert "vec1" in names  # N = 1000, 3000 and 9000 allow vector loads of 8 bfloat16 elements
+    assert all(r["ok"] and r["M"] == 6 for r in records)
+    plans = [tuple(sorted(r["plan"].items())) for r in records]
+    assert len(set(plans)) == len(plans)  # every variant launches something the shipped plan does not

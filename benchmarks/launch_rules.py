@@ -1,0 +1,162 @@
+"""Time whole launch plans against the shipped one over many hidden sizes: the data the rules of
+``rmsnorm_kernel.ops.launch`` were fitted on.
+
+Where ``launch_sweep.py`` overrides one constant at a few shapes, this script replaces the settings of
+one kernel by each of a small family of alternatives and times the kernel alone, at x of about 512 MiB
+(the sweep's large regime), so that a rule can be read off many N at once:
+
+- ``fwd``: the two-pass forward over chunks of (512 to 4096 elements) x (4 to 16 warps), against the
+  shipped forward (whole rows, one chunk, or quarter rows as the rules choose);
+- ``bwd`` with whole rows: tiles of 1 to 16 rows, 4 or 8 warps, 3 or 4 pipeline stages; with looped rows
+  (N > ROW_LIMIT): the row statistics' chunk and warps;
+- ``vec1`` in both: the shipped plan with vector loads of one element, what the kernels did before they
+  were told the vector width.
+
+Each variant's output is compared with the shipped plan's (the dtype's tolerance of
+``ops.tolerances``; the shipped plan itself is checked against the oracle by the test suite and by
+``benchmark-sweep``). Times are ``triton.testing.do_bench`` medians (L2 flushed) of the launcher alone;
+``frac`` is the copy of x divided by the kernel's bytes (2 units of x forward, 3 backward) over the
+copy's time, so 1.0 is the copy ceiling. One JSON line per variant goes to ``--json``.
+
+    python benchmarks/launch_rules.py [--items fwd:bfloat16:5120,bwd:float32:2048] [--json rules.jsonl]
+
+Without an item list it times the fit set of ``docs/performance-notes.md`` (multiples of 1024). Needs a
+CUDA GPU: without one it exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+from rmsnorm_kernel.ops import kernels, launch
+from rmsnorm_kernel.ops.backend import CUDA, backend
+from rmsnorm_kernel.ops.tolerances import compare
+from rmsnorm_kernel.verify.inputs import make_inputs
+
+EPS = 1e-6
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+X_BYTES = 512 * 2**20
+FWD_CHUNKS = ((512, 4), (1024, 4), (1024, 8), (1024, 16), (2048, 8), (2048, 16), (4096, 16))
+BWD_TILES = ((1, 8, 3), (1, 8, 4), (2, 8, 3), (2, 8, 4), (4, 8, 3), (4, 4, 3), (8, 8, 3), (8, 4, 3), (16, 8, 3))
+STATS = ((1024, 8), (2048, 4), (2048, 8), (4096, 8), (8192, 16))
+DEFAULT_ITEMS = (
+    [f"fwd:bfloat16:{n}" for n in range(3072, 16385, 1024)]
+    + [f"fwd:float32:{n}" for n in (3072, 5120, 6144, 7168, 10240, 12288)]
+    + [f"bwd:bfloat16:{n}" for n in range(1024, 8193, 1024)]
+    + [f"bwd:float32:{n}" for n in (1024, 2048, 3072, 4096, 6144, 8192)]
+    + [f"bwd:bfloat16:{n}" for n in (9216, 13312, 16384)]
+)
+
+
+def forward_variants(base: launch.Plan, rows: int) -> dict[str, launch.Plan]:
+    """The shipped forward and the two-pass forward (one program a row) at each (chunk, warps) of
+    FWD_CHUNKS."""
+    out = {"base": base}
+    if base.vec > 1:
+        out["vec1"] = dataclasses.replace(base, vec=1)
+    for chunk, warps in FWD_CHUNKS:
+        out[f"chunk{chunk}_w{warps}"] = dataclasses.replace(
+            base, fwd_two_pass=True, block_n=chunk, fwd_block_m=1, fwd_warps=warps, fwd_programs=rows, fwd_stages=1)
+    return _without_repeats(out)
+
+
+def backward_variants(base: launch.Plan, rows: int, n: int, x_bytes: int, gpu: launch.Gpu) -> dict[str, launch.Plan]:
+    """The shipped backward and, for whole rows, each (rows per tile, warps, stages) of BWD_TILES that
+    fits in shared memory; for looped rows, each (chunk, warps) of STATS for the row statistics."""
+    out = {"base": base}
+    if base.vec > 1:
+        out["vec1"] = dataclasses.replace(base, vec=1)
+    if base.looped:
+        for chunk, warps in STATS:
+            out[f"stats{chunk}_w{warps}"] = dataclasses.replace(base, stats_block_n=chunk, stats_warps=warps)
+        return _without_repeats(out)
+    block_n = triton.next_power_of_2(n)
+    for block_m, warps, stages in BWD_TILES:
+        if (stages - 1) * 2 * block_m * block_n * x_bytes > gpu.smem_bytes - launch.SMEM_RESERVE_BYTES:
+            continue
+        programs = min(triton.cdiv(rows, block_m), launch.BWD_PROGRAMS_PER_SM * gpu.sms)
+        out[f"rows{block_m}_w{warps}_s{stages}"] = dataclasses.replace(
+            base, bwd_block_m=block_m, bwd_block_n=block_n, bwd_warps=warps, partial_rows=programs,
+            bwd_grid=(programs, 1), bwd_stages=stages)
+    return _without_repeats(out)
+
+
+def _without_repeats(variants: dict[str, launch.Plan]) -> dict[str, launch.Plan]:
+    """The first name of each distinct plan: a variant equal to the shipped plan is the shipped plan."""
+    seen, out = set(), {}
+    for name, p in variants.items():
+        if p not in seen:
+            seen.add(p)
+            out[name] = p
+    return out
+
+
+def run_item(kind: str, dtype_name: str, n: int, device: str, bench, x_bytes_total: int = X_BYTES):
+    """Yield one record per variant of ``kind`` at (about x_bytes_total / row bytes) rows of N."""
+    dtype = DTYPES[dtype_name]
+    rows = max(1, x_bytes_total // (n * dtype.itemsize))
+    x, gamma, dy = make_inputs((rows, n), dtype, device)
+    calls = torch.zeros(1, dtype=torch.int32, device=device)
+    gpu = launch.gpu_limits(x.get_device())
+    base = launch.plan_for(x, gamma)
+    copy_out = torch.empty_like(x)
+    copy_ms = bench(lambda: copy_out.copy_(x))
+    if kind == "fwd":
+        variants = forward_variants(base, rows)
+        run = lambda p: (kernels.rmsnorm_forward(x, gamma, EPS, calls, p),)  # noqa: E731
+        units = 1.0
+    else:
+        variants = backward_variants(base, rows, n, dtype.itemsize, gpu)
+        run = lambda p: kernels.rmsnorm_backward(dy, x, gamma, EPS, calls, p)  # noqa: E731
+        units = 1.5
+    expected = run(base)
+    for name, p in variants.items():
+        got = run(p)
+        ok = all(compare(g, e).ok for g, e in zip(got, expected))
+        ms = bench(lambda: run(p))
+        yield dict(kind=kind, dtype=dtype_name, M=rows, N=n, variant=name, ok=ok, ms=ms, frac=units * copy_ms / ms,
+                   plan=dataclasses.asdict(p))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
+    parser.add_argument("--items", default=",".join(DEFAULT_ITEMS), help="comma-separated kind:dtype:N")
+    parser.add_argument("--json", type=Path, default=Path("outputs/launch-rules.jsonl"), help="JSON lines, appended")
+    parser.add_argument("--deadline-s", type=float, default=480.0, help="start no item after this many seconds")
+    args = parser.parse_args(argv)
+    if backend() != CUDA:
+        print("launch_rules: needs a CUDA GPU (it times kernels); none found.", file=sys.stderr)
+        return 2
+    from triton.testing import do_bench
+
+    def bench(fn):
+        return do_bench(fn, warmup=10, rep=50, return_mode="median")
+
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    start, wrong = time.monotonic(), 0
+    with args.json.open("a") as out:
+        for item in args.items.split(","):
+            if time.monotonic() - start > args.deadline_s:
+                print(f"launch_rules: deadline reached before {item}", file=sys.stderr)
+                return 3
+            kind, dtype_name, n = item.split(":")
+            for record in run_item(kind, dtype_name, int(n), "cuda", bench):
+                out.write(json.dumps(record) + "\n")
+                out.flush()
+                wrong += not record["ok"]
+                print(f"{kind} {dtype_name:8s} N={n:>5s} {record['variant']:16s} {record['ms'] * 1e3:8.1f} us "
+                      f"{record['frac']:.3f} {'ok' if record['ok'] else 'WRONG'}")
+            torch.cuda.empty_cache()
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
