@@ -182,6 +182,41 @@ def test_kernels_are_told_the_vector_width_every_row_of_x_and_dy_allows(device, 
         assert compare(got, want).ok
 
 
+@pytest.mark.parametrize("shape, dtype", [((6, 8), torch.float32), ((6, 1000), torch.bfloat16), ((6, 3000), torch.bfloat16)], ids=str)
+def test_a_saved_x_handed_back_in_another_layout_is_read_at_its_own_vector_width(shape, dtype, device):
+    """Saved-tensor hooks (offloading, compression) may give the backward x at another row stride than
+    the forward planned for: here 1 element wider, so no vector of 2 or more fits. The backward must take
+    VEC from the x it reads, or every row after the first is read at the wrong address."""
+    n = shape[1]
+    x, gamma, dy = make_inputs(shape, dtype, device)
+
+    def unpack(t):
+        if t.shape == x.shape:  # x: a copy inside a wider buffer, rows n + 1 apart
+            wide = torch.zeros(t.shape[0], n + 1, dtype=t.dtype, device=t.device)
+            wide[:, :n] = t
+            return wide[:, :n]
+        return t
+
+    xl, gl = x.clone().requires_grad_(), gamma.clone().requires_grad_()
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, unpack):
+        y = rmsnorm(xl, gl)
+    y.backward(dy)
+    for name, got, want in zip(("y", "dx", "dgamma"), (y.detach(), xl.grad, gl.grad), oracle(x, gamma, dy)):
+        assert compare(got, want).ok, name
+
+
+def test_a_plan_made_for_another_layout_still_launches_at_the_given_tensors_vector_width(device, monkeypatch):
+    spy = _LaunchSpy(kernels._rmsnorm_fwd_kernel)
+    monkeypatch.setattr(kernels, "_rmsnorm_fwd_kernel", spy)
+    x, gamma, dy = make_inputs((6, 1000), torch.bfloat16, device)
+    p = launch.plan_for(x, gamma)  # contiguous rows: 8 elements a load
+    wide = torch.zeros(6, 1001, dtype=x.dtype, device=x.device)
+    wide[:, :1000] = x
+    y = kernels.rmsnorm_forward(wide[:, :1000], gamma, 1e-6, torch.zeros(1, dtype=torch.int32, device=device), p)
+    assert p.vec == 8 and spy.constants[0]["VEC"] == 1
+    assert compare(y, oracle(x, gamma, dy)[0]).ok
+
+
 def test_three_dimensional_slice_with_one_row_stride(device):
     base, gamma, dy = make_inputs((2, 3, 300), torch.float32, device)
     x = base[:, :, :257]  # strides (900, 300, 1): rows 300 apart throughout

@@ -13,8 +13,9 @@ Two shapes of kernel, chosen by the row length N (``launch.py`` holds the rules)
   add nothing to the sums, but they are not elements, so every mean divides by N, never by BLOCK_N.
 - Rows walked in column chunks of BLOCK_N: the backward's for N > launch.ROW_LIMIT (up to
   contract.MAX_N = 65536), in two steps, because a row does not fit in one program's registers; the
-  forward's for those rows and for most N that are not powers of two, where a padded whole row would
-  waste lanes. The forward reads each row twice (the sum of squares, then y), the second time from L2.
+  forward's for those rows, for aligned rows of N > 2048 that are not powers of two, where a padded
+  whole row would waste lanes, and for rows of exactly 16 KiB as one chunk. The forward reads each row
+  twice (the sum of squares, then y), the second time from L2.
 
 Vector loads: Triton reads several elements per load only where it can prove that N and the row
 strides are multiples of that many, and by itself it notices multiples of 16 alone. The launcher
@@ -130,7 +131,7 @@ def _rmsnorm_bwd_kernel(
 
 
 # --------------------------------------------------------------------------------------------------
-# Looped rows (N > launch.ROW_LIMIT), and aligned rows padded to 16 KiB: forward in two passes
+# Rows walked in chunks (launch.py rules 1b and 1c, and 16 KiB rows as one chunk): forward in two passes
 # --------------------------------------------------------------------------------------------------
 
 
@@ -282,14 +283,15 @@ def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, calls: tor
     rows = x2.shape[0]
     y = _empty_like_contiguous(x)
     p = p or plan_for(x2, gamma)
+    vec = vector_width(n, x2)  # of the x launched on: a plan passed in may come from another layout
     if p.fwd_two_pass:
         _rmsnorm_fwd_chunked_kernel[(p.fwd_programs,)](
             x2, gamma, y, calls, n, x2.stride(0), n, eps,
-            BLOCK_N=p.block_n, STAGES=p.fwd_stages, EVEN_N=n % p.block_n == 0, VEC=p.vec, num_warps=p.fwd_warps)
+            BLOCK_N=p.block_n, STAGES=p.fwd_stages, EVEN_N=n % p.block_n == 0, VEC=vec, num_warps=p.fwd_warps)
     else:
         _rmsnorm_fwd_kernel[(p.fwd_programs,)](
             x2, gamma, y, calls, rows, n, x2.stride(0), n, eps,
-            BLOCK_M=p.fwd_block_m, BLOCK_N=p.block_n, STAGES=p.fwd_stages, VEC=p.vec, num_warps=p.fwd_warps)
+            BLOCK_M=p.fwd_block_m, BLOCK_N=p.block_n, STAGES=p.fwd_stages, VEC=vec, num_warps=p.fwd_warps)
     return y
 
 
@@ -309,7 +311,9 @@ def rmsnorm_backward(
     dgamma = torch.empty_like(gamma)
     p = p or plan_for(x2, gamma)
     sdy, sx = dy2.stride(0), x2.stride(0)
-    vec = min(p.vec, vector_width(n, dy2))
+    # VEC of the tensors launched on: autograd may hand back a saved x in another layout than the one
+    # the forward planned for (saved-tensor hooks), and dy has any layout.
+    vec = vector_width(n, x2, dy2)
     if p.looped:
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
         coef = torch.empty(rows, dtype=torch.float32, device=x.device)

@@ -6,17 +6,19 @@ of the GPU (multiprocessors, shared memory, L2 size, threads per multiprocessor)
 1. Forward, three ways, by N:
    a. Whole rows in registers, several rows a tile (about ``TILE_ELEMENTS`` elements, ``tile // 512``
       warps): N a power of two up to ``ROW_LIMIT``, where BLOCK_N = N wastes no lane, and any N up to
-      ``WHOLE_ROW_FWD_LIMIT``, where a row is short. Rows off a 16-byte boundary take this kernel at
-      every BLOCK_N up to ``ROW_LIMIT``, as persistent programs (2 a multiprocessor, 2 stages), because
-      narrow loads need more of them in flight. Aligned rows padded to 16 KiB (half precision 8192,
-      float32 4096) take 1c's kernel as one chunk of 8 warps.
-   b. Two passes over the row in chunks, one program a row, the second pass from L2: every other N
-      whose rows in flight fit in ``L2_SHARE`` of L2. The warps are the fewest of 4, 8, 16 that keep
+      ``WHOLE_ROW_FWD_LIMIT``, where a row is short. Rows that cannot be read in 16-byte vectors (N, the
+      row stride or the start not a multiple of 16 bytes) take this kernel at every BLOCK_N up to
+      ``ROW_LIMIT``, as persistent programs (2 a multiprocessor, 2 stages), because narrow loads need
+      more of them in flight. Aligned rows of exactly 16 KiB (half precision 8192, float32 4096) take
+      1b's kernel as one chunk of 8 warps.
+   b. Two passes over the row in chunks, one program a row, the second pass from L2: every other N,
+      when its rows are read in 16-byte vectors and its rows in flight fit in ``L2_SHARE`` of L2. The warps are the fewest of 4, 8, 16 that keep
       (programs a multiprocessor can hold) x (multiprocessors) x (row bytes) within that share; each
       thread takes 4 elements of a chunk. More programs keep more loads in flight while rows are short;
       longer rows need fewer of them, or their second read misses L2.
-   c. Longer rows, and powers of two above ``ROW_LIMIT``: the same kernel over quarter-row chunks (half
-      a row at 65536), 16 warps up to 16384 lanes, 32 above.
+   c. Every other row above ``ROW_LIMIT`` (powers of two, rows 1b cannot take): the same kernel over
+      quarter-row chunks (half a row at 65536), 16 warps up to 16384 lanes, 32 above. Below
+      ``ROW_LIMIT``, a row 1b cannot take keeps whole rows (1a): on a GPU whose L2 is small.
 2. Backward, whole rows (BLOCK_N up to ``ROW_LIMIT``): one persistent program a multiprocessor (each
    writes one row of float64 dgamma partials). A tile holds ``BWD_TILE_BYTES`` of x (at most
    ``MAX_ROWS_PER_TILE`` rows); its warps span one row with one 16-byte vector a thread, up to 8, so
@@ -100,7 +102,8 @@ INTERPRETER_GPU = Gpu(sms=2, smem_bytes=H200.smem_bytes, l2_bytes=H200.l2_bytes,
 
 @dataclass(frozen=True)
 class Plan:
-    """How one problem is launched; the same plan for every call of that shape on one GPU."""
+    """How one problem is launched; the same plan for every call of that shape, vector width and GPU.
+    The launchers take VEC from the tensors they are given, not from ``vec``."""
 
     #: Rows wider than ROW_LIMIT: the forward walks them in chunks, the backward takes two steps.
     looped: bool
@@ -126,7 +129,7 @@ class Plan:
     #: Looped rows: the backward's row statistics walk each row in chunks of this many lanes.
     stats_block_n: int
     stats_warps: int
-    #: Elements per vector load of x (VEC of the kernels): N and x's row stride and start are multiples.
+    #: Elements per vector load of the x the plan was made for (``vector_width``); it chooses the rules.
     vec: int
 
 
