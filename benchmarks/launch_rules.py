@@ -39,10 +39,10 @@ import triton
 from rmsnorm_kernel.ops import kernels, launch
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.tolerances import compare
+from rmsnorm_kernel.verify import benchmark as bm
 from rmsnorm_kernel.verify.inputs import make_inputs
 
 EPS = 1e-6
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 X_BYTES = 512 * 2**20
 FWD_CHUNKS = ((512, 4), (1024, 4), (1024, 8), (1024, 16), (2048, 8), (2048, 16), (4096, 16))
 BWD_TILES = ((1, 8, 3), (1, 8, 4), (2, 8, 3), (2, 8, 4), (4, 8, 3), (4, 4, 3), (8, 8, 3), (8, 4, 3), (16, 8, 3))
@@ -101,7 +101,7 @@ def _without_repeats(variants: dict[str, launch.Plan]) -> dict[str, launch.Plan]
 
 def run_item(kind: str, dtype_name: str, n: int, device: str, bench, x_bytes_total: int = X_BYTES):
     """Yield one record per variant of ``kind`` at (about x_bytes_total / row bytes) rows of N."""
-    dtype = DTYPES[dtype_name]
+    dtype = bm.DTYPES[dtype_name]
     rows = max(1, x_bytes_total // (n * dtype.itemsize))
     x, gamma, dy = make_inputs((rows, n), dtype, device)
     calls = torch.zeros(1, dtype=torch.int32, device=device)
