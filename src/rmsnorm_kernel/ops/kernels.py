@@ -282,8 +282,8 @@ def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, calls: tor
     x2 = as_rows(x, n)
     rows = x2.shape[0]
     y = _empty_like_contiguous(x)
-    p = p or plan_for(x2, gamma)
     vec = vector_width(n, x2)  # of the x launched on: a plan passed in may come from another layout
+    p = p or plan_for(x2, gamma, vec)
     if p.fwd_two_pass:
         _rmsnorm_fwd_chunked_kernel[(p.fwd_programs,)](
             x2, gamma, y, calls, n, x2.stride(0), n, eps,
@@ -309,11 +309,11 @@ def rmsnorm_backward(
     rows = x2.shape[0]
     dx = _empty_like_contiguous(x)
     dgamma = torch.empty_like(gamma)
-    p = p or plan_for(x2, gamma)
-    sdy, sx = dy2.stride(0), x2.stride(0)
     # VEC of the tensors launched on: autograd may hand back a saved x in another layout than the one
     # the forward planned for (saved-tensor hooks), and dy has any layout.
     vec = vector_width(n, x2, dy2)
+    p = p or plan_for(x2, gamma, vec)  # the backward's settings do not depend on the vector width
+    sdy, sx = dy2.stride(0), x2.stride(0)
     if p.looped:
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
         coef = torch.empty(rows, dtype=torch.float32, device=x.device)

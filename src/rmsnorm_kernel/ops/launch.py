@@ -12,10 +12,11 @@ of the GPU (multiprocessors, shared memory, L2 size, threads per multiprocessor)
       more of them in flight. Aligned rows of exactly 16 KiB (half precision 8192, float32 4096) take
       1b's kernel as one chunk of 8 warps.
    b. Two passes over the row in chunks, one program a row, the second pass from L2: every other N,
-      when its rows are read in 16-byte vectors and its rows in flight fit in ``L2_SHARE`` of L2. The warps are the fewest of 4, 8, 16 that keep
-      (programs a multiprocessor can hold) x (multiprocessors) x (row bytes) within that share; each
-      thread takes 4 elements of a chunk. More programs keep more loads in flight while rows are short;
-      longer rows need fewer of them, or their second read misses L2.
+      when its rows are read in 16-byte vectors and its rows in flight fit in ``L2_SHARE`` of L2. The
+      warps are the fewest of 4, 8, 16 that keep (programs a multiprocessor can hold) x
+      (multiprocessors) x (row bytes) within that share; each thread takes 4 elements of a chunk. More
+      programs keep more loads in flight while rows are short; longer rows need fewer of them, or their
+      second read misses L2.
    c. Every other row above ``ROW_LIMIT`` (powers of two, rows 1b cannot take): the same kernel over
       quarter-row chunks (half a row at 65536), 16 warps up to 16384 lanes, 32 above. Below
       ``ROW_LIMIT``, a row 1b cannot take keeps whole rows (1a): on a GPU whose L2 is small.
@@ -235,27 +236,25 @@ def plan(rows: int, n: int, gpu: Gpu = INTERPRETER_GPU, vec: int | None = None, 
     vector load of x (``vector_width``); None: as many as 16 bytes and N allow (rows that start on
     16-byte boundaries)."""
     if vec is None:
-        vec = vector_width_of(n, x_bytes)
+        vec = min(16 // x_bytes, n & -n)
     return Plan(**_forward(rows, n, gpu, vec, x_bytes), **_backward(rows, n, gpu, x_bytes, gamma_bytes), vec=vec)
-
-
-def vector_width_of(n: int, element_size: int, *offsets: int) -> int:
-    """The largest power of two, up to 16 bytes of elements, that divides N and each offset (in elements)."""
-    g = functools.reduce(math.gcd, offsets, n)
-    return min(16 // element_size, g & -g) if g else 16 // element_size
 
 
 def vector_width(n: int, *views: torch.Tensor) -> int:
     """Elements one vector load can take from every row of each (rows, N) view: N, each view's row stride
     and its start (in elements) are multiples of it. The kernels pass it on to the compiler (VEC), which
-    by itself only notices multiples of 16."""
+    by itself only notices multiples of 16. Called on every launch, so kept to a few integer operations."""
     size = views[0].element_size()
-    offsets = [v.data_ptr() // size if v.data_ptr() % size == 0 else 1 for v in views]
-    offsets += [v.stride(0) for v in views if v.shape[0] > 1]
-    return vector_width_of(n, size, *offsets)
+    g = n
+    for v in views:
+        ptr = v.data_ptr()
+        g = math.gcd(g, ptr // size if ptr % size == 0 else 1, v.stride(0) if v.shape[0] > 1 else 0)
+    return min(16 // size, g & -g)
 
 
-def plan_for(x2: torch.Tensor, gamma: torch.Tensor) -> Plan:
-    """The plan for the (rows, N) view ``x2`` and ``gamma`` on their GPU."""
+def plan_for(x2: torch.Tensor, gamma: torch.Tensor, vec: int | None = None) -> Plan:
+    """The plan for the (rows, N) view ``x2`` and ``gamma`` on their GPU; ``vec``: ``vector_width`` of
+    ``x2`` when the caller has it already."""
     n = x2.shape[1]
-    return plan(x2.shape[0], n, gpu_limits(x2.get_device()), vector_width(n, x2), x2.element_size(), gamma.element_size())
+    vec = vector_width(n, x2) if vec is None else vec
+    return plan(x2.shape[0], n, gpu_limits(x2.get_device()), vec, x2.element_size(), gamma.element_size())
