@@ -21,7 +21,9 @@ copy's time, so 1.0 is the copy ceiling. One JSON line per variant goes to ``--j
     python benchmarks/launch_rules.py [--items fwd:bfloat16:5120,bwd:float32:2048] [--json rules.jsonl]
 
 Without an item list it times the fit set of ``docs/performance-notes.md`` (multiples of 1024). Needs a
-CUDA GPU: without one it exits 2.
+CUDA GPU: without one it exits 2. A bad item or a ``--json`` that cannot be written is refused in one line
+before any work (exit 2). Each record is written as soon as it is timed, so Ctrl+C (exit 130) and the
+deadline (exit 3) keep every record so far; a rerun appends to the file.
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ import triton
 
 from rmsnorm_kernel.ops import kernels, launch
 from rmsnorm_kernel.ops.backend import CUDA, backend
+from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.tolerances import compare
 from rmsnorm_kernel.verify import benchmark as bm
 from rmsnorm_kernel.verify.inputs import make_inputs
+from rmsnorm_kernel.verify.report import outputs_problem
 
 EPS = 1e-6
 X_BYTES = 512 * 2**20
@@ -126,35 +130,61 @@ def run_item(kind: str, dtype_name: str, n: int, device: str, bench, x_bytes_tot
                    plan=dataclasses.asdict(p))
 
 
+def parse_items(text: str) -> list[tuple[str, str, int]]:
+    """``kind:dtype:N,...`` as tuples; ValueError with one line naming the bad item and what is accepted."""
+    items = []
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        if (len(parts) != 3 or parts[0] not in ("fwd", "bwd") or parts[1] not in bm.DTYPES
+                or not parts[2].isdigit() or not 1 <= int(parts[2]) <= MAX_N):
+            raise ValueError(f"launch_rules: --items has {item!r}; accepted: kind:dtype:N with kind fwd or bwd, "
+                             f"dtype one of {', '.join(bm.DTYPES)}, 1 <= N <= {MAX_N}")
+        items.append((parts[0], parts[1], int(parts[2])))
+    return items
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
     parser.add_argument("--items", default=",".join(DEFAULT_ITEMS), help="comma-separated kind:dtype:N")
-    parser.add_argument("--json", type=Path, default=Path("outputs/launch-rules.jsonl"), help="JSON lines, appended")
+    parser.add_argument("--json", type=Path, default=Path("outputs/launch-rules.jsonl"),
+                        help="JSON lines, appended (a rerun adds to the records already there)")
     parser.add_argument("--deadline-s", type=float, default=480.0, help="start no item after this many seconds")
     args = parser.parse_args(argv)
+    try:
+        items = parse_items(args.items)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     if backend() != CUDA:
         print("launch_rules: needs a CUDA GPU (it times kernels); none found.", file=sys.stderr)
+        return 2
+    problem = outputs_problem(args.json.parent)
+    if problem is not None:
+        print(f"launch_rules: {problem}", file=sys.stderr)
         return 2
     from triton.testing import do_bench
 
     def bench(fn):
         return do_bench(fn, warmup=10, rep=50, return_mode="median")
 
-    args.json.parent.mkdir(parents=True, exist_ok=True)
     start, wrong = time.monotonic(), 0
-    with args.json.open("a") as out:
-        for item in args.items.split(","):
-            if time.monotonic() - start > args.deadline_s:
-                print(f"launch_rules: deadline reached before {item}", file=sys.stderr)
-                return 3
-            kind, dtype_name, n = item.split(":")
-            for record in run_item(kind, dtype_name, int(n), "cuda", bench):
-                out.write(json.dumps(record) + "\n")
-                out.flush()
-                wrong += not record["ok"]
-                print(f"{kind} {dtype_name:8s} N={n:>5s} {record['variant']:16s} {record['ms'] * 1e3:8.1f} us "
-                      f"{record['frac']:.3f} {'ok' if record['ok'] else 'WRONG'}")
-            torch.cuda.empty_cache()
+    try:
+        with args.json.open("a") as out:
+            for kind, dtype_name, n in items:
+                if time.monotonic() - start > args.deadline_s:
+                    print(f"launch_rules: deadline reached before {kind}:{dtype_name}:{n}; records so far in {args.json}",
+                          file=sys.stderr)
+                    return 3
+                for record in run_item(kind, dtype_name, n, "cuda", bench):
+                    out.write(json.dumps(record) + "\n")
+                    out.flush()  # a record is on disk before the next is timed: an interrupt loses none
+                    wrong += not record["ok"]
+                    print(f"{kind} {dtype_name:8s} N={n:>5d} {record['variant']:16s} {record['ms'] * 1e3:8.1f} us "
+                          f"{record['frac']:.3f} {'ok' if record['ok'] else 'WRONG'}")
+                torch.cuda.empty_cache()
+    except KeyboardInterrupt:
+        print(f"launch_rules: interrupted; the records timed so far are in {args.json}", file=sys.stderr)
+        return 130
     return 1 if wrong else 0
 
 

@@ -125,3 +125,49 @@ def test_every_launch_rules_variant_is_a_plan_the_kernels_run_correctly(kind, n,
     assert all(r["ok"] and r["M"] == 6 for r in records)
     plans = [tuple(sorted(r["plan"].items())) for r in records]
     assert len(set(plans)) == len(plans)  # every variant launches something the shipped plan does not
+
+
+@pytest.mark.parametrize("items", ["fwd:bfloat16", "sideways:bfloat16:1024", "fwd:int8:1024", "bwd:float32:0",
+                                   "bwd:float32:70000", "fwd:float32:ten"])
+def test_launch_rules_refuses_a_bad_item_in_one_line_before_any_work(items, capsys):
+    assert launch_rules.main(["--items", f"fwd:float32:1024,{items}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and repr(items) in err[0] and "accepted: kind:dtype:N" in err[0]
+
+
+def test_launch_rules_parses_the_default_items():
+    items = launch_rules.parse_items(",".join(launch_rules.DEFAULT_ITEMS))
+    assert len(items) == len(launch_rules.DEFAULT_ITEMS) and ("bwd", "bfloat16", 16384) in items
+
+
+def _as_if_on_a_gpu(monkeypatch, records_then_interrupt=None):
+    """launch_rules' main past its GPU check, with run_item replaced by a fake."""
+    monkeypatch.setattr(launch_rules, "backend", lambda: launch_rules.CUDA)
+    monkeypatch.setattr(launch_rules.torch.cuda, "empty_cache", lambda: None)
+
+    def fake_run_item(kind, dtype_name, n, device, bench):
+        for i in range(2):
+            yield dict(kind=kind, dtype=dtype_name, N=n, variant=f"v{i}", ok=True, ms=1.0, frac=0.5)
+        if records_then_interrupt:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(launch_rules, "run_item", fake_run_item)
+
+
+def test_launch_rules_interrupted_keeps_every_record_and_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    _as_if_on_a_gpu(monkeypatch, records_then_interrupt=True)
+    out = tmp_path / "rules.jsonl"
+    out.write_text('{"earlier": true}\n')  # a rerun appends: the earlier run's records stay
+    assert launch_rules.main(["--items", "fwd:bfloat16:3072", "--json", str(out)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "interrupted" in err[0] and str(out) in err[0]
+    lines = out.read_text().splitlines()
+    assert len(lines) == 3 and lines[0] == '{"earlier": true}' and '"variant": "v1"' in lines[2]
+
+
+def test_launch_rules_refuses_a_json_path_it_cannot_write_in_one_line(tmp_path, monkeypatch, capsys):
+    _as_if_on_a_gpu(monkeypatch)
+    (tmp_path / "a-file").write_text("")
+    assert launch_rules.main(["--items", "fwd:bfloat16:3072", "--json", str(tmp_path / "a-file" / "rules.jsonl")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot be written" in err[0]
