@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         print("compiled_step: needs a CUDA GPU (CUDA graphs); none found.", file=sys.stderr)
         return 2
 
-    from rmsnorm_kernel.verify import benchmark as bm
+    from rmsnorm_kernel.checks import benchmark as bm
 
     results = [measure(path, mode == "compiled", "cuda", args.steps, args.warmup, args.count_steps) for path in PATHS for mode in MODES]
     v = bm.versions()

@@ -5,7 +5,7 @@ issuing it (argument checks, allocation, the launch, autograd). Each piece is ca
 back to back between two synchronisations, ``--repeats`` times; the table gives the median per call of
 the host time to issue the calls (``time.perf_counter`` before the closing synchronisation) and of the
 wall time until the GPU is done (after it). The calls are the benchmark command's own
-(``rmsnorm_kernel.verify.benchmark.make_call``); ``autograd.grad of x * gamma`` is the floor that
+(``rmsnorm_kernel.checks.benchmark.make_call``); ``autograd.grad of x * gamma`` is the floor that
 PyTorch's autograd engine puts under any forward + backward, one C++ op.
 
     python benchmarks/host_time.py [--json host_time.json]
@@ -27,8 +27,8 @@ import torch
 
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.backend import CUDA, backend
-from rmsnorm_kernel.verify import benchmark as bm
-from rmsnorm_kernel.verify.inputs import make_inputs
+from rmsnorm_kernel.checks import benchmark as bm
+from rmsnorm_kernel.testing import make_inputs
 
 
 def pieces(x: torch.Tensor, gamma: torch.Tensor, dy: torch.Tensor) -> dict[str, Callable[[], object]]:

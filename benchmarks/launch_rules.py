@@ -42,9 +42,9 @@ from rmsnorm_kernel.ops import kernels, launch
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.tolerances import compare
-from rmsnorm_kernel.verify import benchmark as bm
-from rmsnorm_kernel.verify.inputs import make_inputs
-from rmsnorm_kernel.verify.report import outputs_problem
+from rmsnorm_kernel.checks import benchmark as bm
+from rmsnorm_kernel.testing import make_inputs
+from rmsnorm_kernel.checks.report import outputs_problem
 
 EPS = 1e-6
 X_BYTES = 512 * 2**20

@@ -7,7 +7,7 @@ it. Every variant changes what at least one of its shapes launches (a test check
 limits); ``base`` is the plan as the package ships it, timed first at each shape.
 
 Rows are checked against the oracle and timed with the benchmark command's protocol
-(``rmsnorm_kernel.verify.benchmark``: ``measure_row``, ``cuda_timer``, ``copy_ceiling``), 10 warm-up
+(``rmsnorm_kernel.checks.benchmark``: ``measure_row``, ``cuda_timer``, ``copy_ceiling``), 10 warm-up
 calls and 20 samples of 10 calls by default; 'best' marks the fastest correct plan of each shape and mode.
 
     python benchmarks/launch_sweep.py [--json sweep.json]
@@ -29,8 +29,8 @@ import torch
 from rmsnorm_kernel.ops import kernels, launch
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.reference import oracle
-from rmsnorm_kernel.verify import benchmark as bm
-from rmsnorm_kernel.verify.inputs import make_inputs
+from rmsnorm_kernel.checks import benchmark as bm
+from rmsnorm_kernel.testing import make_inputs
 
 #: name -> the launch constants it overrides.
 VARIANTS: dict[str, dict[str, float]] = {

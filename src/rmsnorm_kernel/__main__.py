@@ -1,5 +1,5 @@
-"""``python -m rmsnorm_kernel <command>``: see ``rmsnorm_kernel.verify.cli``."""
+"""``python -m rmsnorm_kernel <command>``: see ``rmsnorm_kernel.checks.cli``."""
 
-from .verify.cli import main
+from .checks.cli import main
 
 raise SystemExit(main())

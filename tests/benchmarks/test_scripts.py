@@ -8,7 +8,7 @@ import torch
 
 from rmsnorm_kernel.ops import launch
 from rmsnorm_kernel.ops.backend import CUDA, backend
-from rmsnorm_kernel.verify import benchmark as bm
+from rmsnorm_kernel.checks import benchmark as bm
 from tests.helpers import ROOT
 
 no_gpu_only = pytest.mark.skipif(backend() == CUDA, reason="what the scripts do without a GPU")

@@ -10,7 +10,7 @@ from rmsnorm_kernel import ContractError, RMSNorm, call_counts, rmsnorm, rmsnorm
 from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.tolerances import compare
 
-from rmsnorm_kernel.verify.inputs import make_inputs
+from rmsnorm_kernel.testing import make_inputs
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])

@@ -8,7 +8,7 @@ from rmsnorm_kernel import oracle, rmsnorm, rmsnorm_reference
 from rmsnorm_kernel.ops import kernels, launch
 from rmsnorm_kernel.ops.reference import manual_backward
 from rmsnorm_kernel.ops.tolerances import compare
-from rmsnorm_kernel.verify.inputs import make_inputs
+from rmsnorm_kernel.testing import make_inputs
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # Whole rows: N of 1, around a power of two, and past one; M of 1, 17 (not a tile multiple) and 128.
@@ -234,7 +234,7 @@ def test_broadcast_rows_of_stride_zero(device):
 def test_launchers_return_empty_y_and_dx_and_zero_dgamma_for_x_without_rows_without_launching(n, device):
     """Nothing to compute, so nothing launched (a zero-size grid is an error in some Triton versions), and
     the counters the kernels increment stay at 0."""
-    from rmsnorm_kernel.verify.negative import kernel_launches_forbidden
+    from rmsnorm_kernel.checks.negative import kernel_launches_forbidden
 
     x = torch.randn(3, 0, n, device=device, dtype=torch.bfloat16)
     dy = torch.randn(3, 0, n, device=device, dtype=torch.bfloat16)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from rmsnorm_kernel import oracle, rmsnorm
 from rmsnorm_kernel.ops.tolerances import compare
-from rmsnorm_kernel.verify.inputs import make_inputs
+from rmsnorm_kernel.testing import make_inputs
 from tests.helpers import DEVICE
 
 

@@ -16,7 +16,7 @@ from rmsnorm_kernel.training.checkpoints import read_checkpoint
 from rmsnorm_kernel.training.events import read_scalars
 from rmsnorm_kernel.training.model import NETWORK_KEYS, build_network
 from rmsnorm_kernel.training.run import RunResult, run
-from rmsnorm_kernel.verify import mutants
+from rmsnorm_kernel.checks import mutants
 from tests.helpers import DEVICE, QUIET, compose_cfg
 
 SCHEDULE = [

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from rmsnorm_kernel.ops.reference import rmsnorm_reference
-from rmsnorm_kernel.verify import profile
+from rmsnorm_kernel.checks import profile
 
 PATHS = ("reference", "triton", "torch.compile(reference)")
 PHASES = ("forward", "forward+backward")

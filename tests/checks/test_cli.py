@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import rmsnorm_kernel.verify
+import rmsnorm_kernel.checks
 from rmsnorm_kernel import rmsnorm
 from rmsnorm_kernel.ops.reference import rmsnorm_reference
-from rmsnorm_kernel.verify import campaigns, compile_report, exercise, gradients, negative, profile
-from rmsnorm_kernel.verify.cli import main
-from rmsnorm_kernel.verify.mutants import forward_block_mean
-from rmsnorm_kernel.verify.negative import Violation
+from rmsnorm_kernel.checks import campaigns, compile_report, exercise, gradients, negative, profile
+from rmsnorm_kernel.checks.cli import main
+from rmsnorm_kernel.checks.mutants import forward_block_mean
+from rmsnorm_kernel.checks.negative import Violation
 
 from .helpers import BreakingNet, make_project, read_report, run_cli, write_checkpoint
 
@@ -244,10 +244,10 @@ def test_clean_requires_a_scope(capsys):
 
 
 def test_benchmark_without_its_module_exits_2(capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "rmsnorm_kernel.verify.benchmark", None)  # makes the import fail
-    monkeypatch.delattr(rmsnorm_kernel.verify, "benchmark", raising=False)
+    monkeypatch.setitem(sys.modules, "rmsnorm_kernel.checks.benchmark", None)  # makes the import fail
+    monkeypatch.delattr(rmsnorm_kernel.checks, "benchmark", raising=False)
     rc, _, err = run_cli(capsys, "benchmark", "--quick")
-    assert rc == 2 and "rmsnorm_kernel.verify.benchmark is not available" in err
+    assert rc == 2 and "rmsnorm_kernel.checks.benchmark is not available" in err
 
 
 def test_benchmark_options_and_run_come_from_its_module(capsys, monkeypatch):
@@ -257,11 +257,11 @@ def test_benchmark_options_and_run_come_from_its_module(capsys, monkeypatch):
         seen["rows"] = args.rows
         return 3
 
-    fake = types.ModuleType("rmsnorm_kernel.verify.benchmark")
+    fake = types.ModuleType("rmsnorm_kernel.checks.benchmark")
     fake.add_arguments = lambda parser: parser.add_argument("--rows", type=int, default=1)
     fake.run = fake_run
-    monkeypatch.setitem(sys.modules, "rmsnorm_kernel.verify.benchmark", fake)
-    monkeypatch.setattr(rmsnorm_kernel.verify, "benchmark", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "rmsnorm_kernel.checks.benchmark", fake)
+    monkeypatch.setattr(rmsnorm_kernel.checks, "benchmark", fake, raising=False)
     assert main(["benchmark", "--rows", "7"]) == 3
     assert seen == {"rows": 7}
     with pytest.raises(SystemExit) as exc:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rmsnorm_kernel.verify import checkpoint_audit
+from rmsnorm_kernel.checks import checkpoint_audit
 
 from .helpers import build_network, write_checkpoint
 

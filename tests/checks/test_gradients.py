@@ -1,6 +1,6 @@
 """The reference checks: the oracle's gradients hold, and a wrong hand-written backward is caught."""
 
-from rmsnorm_kernel.verify import gradients
+from rmsnorm_kernel.checks import gradients
 
 
 def test_reference_checks_pass_in_every_dtype():

@@ -12,9 +12,9 @@ from rmsnorm_kernel import ContractError, rmsnorm
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.reference import rmsnorm_reference
 from rmsnorm_kernel.ops.tolerances import compare
-from rmsnorm_kernel.verify import campaigns, negative
-from rmsnorm_kernel.verify.inputs import make_inputs
-from rmsnorm_kernel.verify.negative import KernelLaunched, Violation
+from rmsnorm_kernel.checks import campaigns, negative
+from rmsnorm_kernel.testing import make_inputs
+from rmsnorm_kernel.checks.negative import KernelLaunched, Violation
 
 #: Enough for the mutant checks: N = 257 catches it, N = 256 hides it.
 MUTANT_SHAPES = [(17, 256), (17, 257)]

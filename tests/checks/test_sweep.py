@@ -11,15 +11,15 @@ import torch
 
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.reference import manual_backward, oracle, rmsnorm_reference
-from rmsnorm_kernel.verify import benchmark as bm
-from rmsnorm_kernel.verify import figures
-from rmsnorm_kernel.verify import sweep as sw
-from rmsnorm_kernel.verify import sweep_measure as sm
-from rmsnorm_kernel.verify import sweep_report as sr
+from rmsnorm_kernel.checks import benchmark as bm
+from rmsnorm_kernel.checks import figures
+from rmsnorm_kernel.checks import sweep as sw
+from rmsnorm_kernel.checks import sweep_measure as sm
+from rmsnorm_kernel.checks import sweep_report as sr
 from tests.helpers import DEVICE
-from rmsnorm_kernel.verify.inputs import make_inputs
-from rmsnorm_kernel.verify.mutants import forward_block_mean
-from tests.verify.helpers import run_cli, sweep_row, sweep_run
+from rmsnorm_kernel.testing import make_inputs
+from rmsnorm_kernel.checks.mutants import forward_block_mean
+from tests.checks.helpers import run_cli, sweep_row, sweep_run
 
 no_gpu_only = pytest.mark.skipif(backend() == CUDA, reason="what the command does without a GPU")
 

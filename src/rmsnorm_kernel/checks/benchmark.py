@@ -9,7 +9,7 @@ shapes, so no recompile limit ever sends it back to eager code) and Liger-Kernel
 Protocol, as in Triton's tutorial:
 - the machine's device-to-device copy bandwidth is measured first (a 1 GiB ``copy_``, bytes read plus
   bytes written): it is the ceiling every result is also reported against;
-- inputs come from ``verify.inputs.make_inputs`` (random, never zeros);
+- inputs come from ``rmsnorm_kernel.testing.make_inputs`` (random, never zeros);
 - every implementation's outputs (y; y, dx and dgamma) are checked against ``ops.reference.oracle``
   with ``ops.tolerances.compare`` in the same run; a wrong result marks the row failed, it is not
   timed and it can win nothing;
@@ -49,7 +49,7 @@ from ..ops.backend import CUDA, backend
 from ..ops.op import rmsnorm
 from ..ops.reference import DEFAULT_EPS, oracle, rmsnorm_reference
 from ..ops.tolerances import compare
-from .inputs import make_inputs
+from ..testing import make_inputs
 from .report import outputs_problem
 
 EPS = DEFAULT_EPS
@@ -467,7 +467,7 @@ def make_report(timed: bool, device_name: str, ceiling_bps: float | None, result
         warmup_calls=args.warmup, samples=args.samples, calls_per_sample=args.calls, statistic="median",
         do_bench="triton.testing.do_bench(warmup=10 ms, rep=40 ms) median" if not args.no_do_bench else "off",
         bytes="fwd: 2*M*N*x + N*gamma; fwd+bwd: 5*M*N*x + 2*N*gamma",
-        eps=EPS, inputs="verify.inputs.make_inputs, seed 0", check="ops.tolerances.compare against ops.reference.oracle",
+        eps=EPS, inputs="rmsnorm_kernel.testing.make_inputs, seed 0", check="ops.tolerances.compare against ops.reference.oracle",
         compile="torch.compile(reference, dynamic=False), torch.compiler.reset() per shape",
     )
     drop_nonfinite(results)
@@ -550,7 +550,7 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rmsnorm_kernel.verify.benchmark", description=__doc__.strip().split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rmsnorm_kernel.checks.benchmark", description=__doc__.strip().split("\n")[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

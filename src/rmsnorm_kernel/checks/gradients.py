@@ -16,7 +16,7 @@ import torch
 from ..ops.reference import DEFAULT_EPS, manual_backward, rmsnorm_reference
 from ..ops.tolerances import compare
 from .campaigns import DTYPES
-from .inputs import make_inputs
+from ..testing import make_inputs
 from .report import dtype_name, one_line
 
 REFERENCE_SHAPES = ((1, 1), (3, 7), (2, 3, 5), (4, 257))

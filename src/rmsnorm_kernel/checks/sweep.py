@@ -527,7 +527,7 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rmsnorm_kernel.verify.sweep", description=__doc__.strip().split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rmsnorm_kernel.checks.sweep", description=__doc__.strip().split("\n")[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

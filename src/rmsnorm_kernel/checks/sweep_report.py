@@ -1,6 +1,6 @@
 """The sweep's runs merged into one file, and what it says: worst ratios, noise and issue 19's targets.
 
-``merge`` takes the files the runs of ``verify.sweep`` wrote (one per part, plus any run that finished
+``merge`` takes the files the runs of ``checks.sweep`` wrote (one per part, plus any run that finished
 a part with ``--skip-done``) and joins their rows; a point measured by two runs keeps the first run's
 rows as its measurement and counts the others as repeats. ``markdown`` writes the report beside the
 merged JSON:

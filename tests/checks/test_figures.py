@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from rmsnorm_kernel.verify import figures
-from rmsnorm_kernel.verify.cli import main
+from rmsnorm_kernel.checks import figures
+from rmsnorm_kernel.checks.cli import main
 
 from .helpers import sweep_row, sweep_run
 

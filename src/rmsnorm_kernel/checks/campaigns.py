@@ -6,7 +6,7 @@ and compares one output with ``ops.reference.oracle``, the float64 oracle rounde
 - forward: ``rmsnorm(x, gamma)`` against the oracle's y;
 - dx, dgamma: autograd through ``rmsnorm`` with a given dy against the oracle's dx and dgamma.
 
-Comparisons use ``ops.tolerances.compare``. The inputs come from ``verify.inputs.make_inputs`` seeded by
+Comparisons use ``ops.tolerances.compare``. The inputs come from ``rmsnorm_kernel.testing.make_inputs`` seeded by
 the case's position in the campaign, so a report can be reproduced case by case.
 """
 
@@ -23,7 +23,7 @@ from ..ops.contract import MAX_N
 from ..ops.op import rmsnorm
 from ..ops.reference import DEFAULT_EPS, oracle
 from ..ops.tolerances import TOLERANCES, compare
-from .inputs import make_inputs
+from ..testing import make_inputs
 from .mutants import dx_block_mean, forward_block_mean
 from .report import dtype_name, one_line
 

@@ -238,7 +238,7 @@ def cmd_benchmark(args, extra: list[str]) -> int:
     try:
         from . import benchmark
     except ImportError as exc:
-        print(f"benchmark: the module rmsnorm_kernel.verify.benchmark is not available ({exc}); it defines this command's options and runs it", file=sys.stderr)
+        print(f"benchmark: the module rmsnorm_kernel.checks.benchmark is not available ({exc}); it defines this command's options and runs it", file=sys.stderr)
         return USAGE
     parser = argparse.ArgumentParser(prog="rmsnorm-kernel benchmark", description=(benchmark.__doc__ or "").strip().split("\n")[0] or None)
     benchmark.add_arguments(parser)
@@ -302,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="list every file that would be removed and every file kept; remove and write nothing")
     p.add_argument("--outputs", type=Path, default=None, help="also write clean.json there; must lie outside the folders clean cleans (default: print only)")
     p.add_argument("--project", type=Path, default=Path("."), help="the project root; must hold this project's pyproject.toml (default: .)")
-    # Its options are defined by rmsnorm_kernel.verify.benchmark, imported only when this command runs.
+    # Its options are defined by rmsnorm_kernel.checks.benchmark, imported only when this command runs.
     sub.add_parser("benchmark", help="time the kernels (options: rmsnorm-kernel benchmark --help)", add_help=False).set_defaults(handler=None)
     sub.add_parser("benchmark-sweep", help="issue 19's sweep of hidden sizes, in parts, and their merge "
                    "(options: rmsnorm-kernel benchmark-sweep --help)", add_help=False).set_defaults(handler=None)

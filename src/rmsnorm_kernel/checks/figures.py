@@ -335,7 +335,7 @@ def benchmark_figure(benchmark_json: Path, out: Path) -> FigureResult:
 
 
 # --------------------------------------------------------------------------------------------------
-# The benchmark sweep (verify/sweep.py, merged by verify/sweep_report.py)
+# The benchmark sweep (checks/sweep.py, merged by checks/sweep_report.py)
 
 SWEEP_COLORS = {"triton": "tab:red", "compile": "tab:blue", "F.rms_norm": "tab:green", "liger": "tab:purple", "reference": "tab:gray"}
 SWEEP_MARKERS = {"bfloat16": "o", "float16": "^", "float32": "s"}

@@ -17,7 +17,7 @@ from ..ops.op import rmsnorm
 from ..ops.reference import DEFAULT_EPS, oracle
 from ..ops.tolerances import compare
 from .campaigns import triton_dx
-from .inputs import make_inputs
+from ..testing import make_inputs
 from .mutants import dx_block_mean, forward_block_mean
 
 EXERCISE_NS = (257, 256)

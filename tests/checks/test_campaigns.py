@@ -9,9 +9,9 @@ import triton
 from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.launch import ROW_LIMIT
 from rmsnorm_kernel.ops.reference import manual_backward, rmsnorm_reference
-from rmsnorm_kernel.verify import campaigns
-from rmsnorm_kernel.verify.campaigns import CampaignCase
-from rmsnorm_kernel.verify.inputs import make_inputs
+from rmsnorm_kernel.checks import campaigns
+from rmsnorm_kernel.checks.campaigns import CampaignCase
+from rmsnorm_kernel.testing import make_inputs
 
 HALF_AND_FLOAT = {torch.float32, torch.float16, torch.bfloat16}
 

@@ -10,8 +10,8 @@ import torch
 from rmsnorm_kernel import oracle, rmsnorm
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.tolerances import compare
-from rmsnorm_kernel.verify import mutants
-from rmsnorm_kernel.verify.inputs import make_inputs
+from rmsnorm_kernel.checks import mutants
+from rmsnorm_kernel.testing import make_inputs
 
 EPS = 1e-6
 #: The whole-row kernels that have a mutant, and how many means each computes: the forward's mean of

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rmsnorm_kernel.verify import report
+from rmsnorm_kernel.checks import report
 
 
 def test_dtype_name_and_power_of_two():

@@ -3,7 +3,7 @@
 import os
 from pathlib import Path
 
-from rmsnorm_kernel.verify import compile_report
+from rmsnorm_kernel.checks import compile_report
 
 from .helpers import BreakingNet
 

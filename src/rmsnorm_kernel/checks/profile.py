@@ -10,7 +10,7 @@ import torch
 from ..ops.backend import kernel_device_type
 from ..ops.op import call_counts, rmsnorm
 from ..ops.reference import DEFAULT_EPS, rmsnorm_reference
-from .inputs import make_inputs
+from ..testing import make_inputs
 
 
 @dataclass

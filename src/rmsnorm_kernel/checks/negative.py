@@ -23,7 +23,7 @@ from ..ops.backend import kernel_device_type
 from ..ops.contract import MAX_N, ContractError
 from ..ops.op import call_counts, rmsnorm
 from .campaigns import FULL_SHAPES, CampaignCase, run_campaign
-from .inputs import make_inputs
+from ..testing import make_inputs
 from .report import is_power_of_two, one_line
 
 

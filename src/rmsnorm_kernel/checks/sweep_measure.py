@@ -1,8 +1,8 @@
 """Measuring one point of the benchmark sweep: the oracle on the checked rows, the two times, the ceiling.
 
-``verify.sweep`` says which points and runs them; this module checks and times one implementation in one
+``checks.sweep`` says which points and runs them; this module checks and times one implementation in one
 direction at one point (``measure_row``), all of a point (``measure_point``) and the copy ceiling
-(``measure_ceiling``). What the two times are and why is in ``verify.sweep``'s docstring; in short:
+(``measure_ceiling``). What the two times are and why is in ``checks.sweep``'s docstring; in short:
 
 - the oracle (float64) on every row up to ``FULL_CHECK_ELEMENTS`` elements, else on the first and last
   ``CHECK_EDGE_ROWS`` rows and ``CHECK_SPREAD_ROWS`` spread between, with dgamma always over all rows;
@@ -25,7 +25,7 @@ import triton
 
 from ..ops.reference import manual_backward, oracle
 from . import benchmark as bm
-from .inputs import make_inputs
+from ..testing import make_inputs
 from .report import one_line
 
 if TYPE_CHECKING:
@@ -370,5 +370,5 @@ def protocol() -> dict:
         check=f"ops.tolerances.compare against ops.reference.oracle (float64); above {FULL_CHECK_ELEMENTS} elements y and dx on "
               f"{2 * CHECK_EDGE_ROWS + CHECK_SPREAD_ROWS} rows at most, dgamma always whole; the graph's replay checked again",
         compile="torch.compile(reference, dynamic=False), torch.compiler.reset() before each point: two graphs per point",
-        liger_settings=dict(bm.LIGER_SETTINGS), eps=EPS, inputs="verify.inputs.make_inputs, seed 0",
+        liger_settings=dict(bm.LIGER_SETTINGS), eps=EPS, inputs="rmsnorm_kernel.testing.make_inputs, seed 0",
     )

@@ -12,9 +12,9 @@ import torch
 
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.reference import manual_backward, rmsnorm_reference
-from rmsnorm_kernel.verify import benchmark as bm
-from rmsnorm_kernel.verify.inputs import make_inputs
-from rmsnorm_kernel.verify.mutants import forward_block_mean
+from rmsnorm_kernel.checks import benchmark as bm
+from rmsnorm_kernel.testing import make_inputs
+from rmsnorm_kernel.checks.mutants import forward_block_mean
 
 
 def test_forward_bytes_are_x_read_y_written_and_gamma():

@@ -61,7 +61,7 @@ PYTHON_TREES = ("src", "tests", "benchmarks")
 NEVER_ENTER = {".git", ".venv", "venv", ".tox", ".nox", "node_modules"}
 SCOPES = ("generated",)
 
-#: The commands that write ``<outputs>/<command>.json`` (the subcommands of ``verify.cli``).
+#: The commands that write ``<outputs>/<command>.json`` (the subcommands of ``checks.cli``).
 REPORT_COMMANDS = (
     "environment", "reference", "check-forward", "check-backward", "check-gamma", "negative", "exercise",
     "profile", "compile-report", "figures", "check-checkpoints", "clean", "benchmark", "benchmark-sweep",

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from rmsnorm_kernel import rmsnorm
-from rmsnorm_kernel.verify import campaigns, exercise
+from rmsnorm_kernel.checks import campaigns, exercise
 
 EPS = 1e-6
 

@@ -1,4 +1,4 @@
-"""What several test modules of ``tests/verify`` share: running the command line in-process, reading its
+"""What several test modules of ``tests/checks`` share: running the command line in-process, reading its
 reports, and building the files the commands read (checkpoints, a project tree)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from rmsnorm_kernel import RMSNorm
-from rmsnorm_kernel.verify.cli import main
-from rmsnorm_kernel.verify.compile_report import SmallNet
+from rmsnorm_kernel.checks.cli import main
+from rmsnorm_kernel.checks.compile_report import SmallNet
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
@@ -102,7 +102,7 @@ def sweep_row(point: str, impl: str, mode: str, gpu=None, whole=None, host=None,
               split=None, session=0) -> dict:
     """One row of a sweep run's file; ``point`` is ``regime:dtype:MxN``. Bandwidth follows from ``gpu``
     (us) and the benchmark's byte model, so a figure has something to draw."""
-    from rmsnorm_kernel.verify import benchmark as bm
+    from rmsnorm_kernel.checks import benchmark as bm
 
     regime, dtype, shape = point.split(":")
     m, n = (int(v) for v in shape.split("x"))
@@ -119,7 +119,7 @@ def sweep_row(point: str, impl: str, mode: str, gpu=None, whole=None, host=None,
 def sweep_run(rows: list[dict], part: str = "1/1", shapes: str = "sweep", definition: str | None = None, device: str = "GPU",
               ceilings=None) -> dict:
     """A run's file around ``rows`` (the sweep's own definition unless ``definition`` is given)."""
-    from rmsnorm_kernel.verify.sweep import definition_hash, sweep_points
+    from rmsnorm_kernel.checks.sweep import definition_hash, sweep_points
 
     return dict(kind="benchmark-sweep-run", shapes=shapes, definition=definition or definition_hash(sweep_points(shapes)), part=part,
                 points_in_part=0, skipped_done=0, impls=[], timed=True, device=device, backend="cuda", torch="2.11", triton="3.6",
