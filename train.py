@@ -1,8 +1,8 @@
 """Train Linear -> RMSNorm -> SiLU -> Linear with the Triton or the reference RMSNorm path.
 
-    python train.py                              # the defaults (conf/config.yaml): Triton path, seed 0
-    python train.py norm=reference seed=3 trainer.max_steps=200 data.batch_size=64
-    python train.py -m norm=reference,triton     # both paths from the same seed, then a side-by-side summary
+python train.py                              # the defaults (conf/config.yaml): Triton path, seed 0
+python train.py norm=reference seed=3 trainer.max_steps=200 data.batch_size=64
+python train.py -m norm=reference,triton     # both paths from the same seed, then a side-by-side summary
 """
 
 import hydra

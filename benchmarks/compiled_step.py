@@ -43,7 +43,9 @@ def make_step(norm_impl: str, device: str, compiled: bool, seed: int = 0) -> Cal
     from rmsnorm_kernel.training.model import build_network
 
     torch.manual_seed(seed)
-    model = build_network(input_dim=INPUT_DIM, hidden_dim=HIDDEN_DIM, output_dim=OUTPUT_DIM, norm_impl=norm_impl, eps=EPS).to(device)
+    model = build_network(
+        input_dim=INPUT_DIM, hidden_dim=HIDDEN_DIM, output_dim=OUTPUT_DIM, norm_impl=norm_impl, eps=EPS
+    ).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     g = torch.Generator(device=device).manual_seed(seed)
     x = torch.randn(BATCH, INPUT_DIM, device=device, generator=g)
@@ -105,9 +107,18 @@ def measure(norm_impl: str, compiled: bool, device: str, steps: int, warmup: int
     times = time_steps(step, steps, warmup)
     counts = count_calls(step, count_steps)
     loss = float(step().detach())  # read at once: a later replay would overwrite it
-    return dict(path=norm_impl, mode="compiled" if compiled else "eager", median_ms=statistics.median(times), min_ms=min(times),
-                steps=steps, warmup=warmup, count_steps=count_steps, calls=counts,
-                calls_ok=counts["delta"] == expected_calls(norm_impl, count_steps), last_loss=loss)
+    return dict(
+        path=norm_impl,
+        mode="compiled" if compiled else "eager",
+        median_ms=statistics.median(times),
+        min_ms=min(times),
+        steps=steps,
+        warmup=warmup,
+        count_steps=count_steps,
+        calls=counts,
+        calls_ok=counts["delta"] == expected_calls(norm_impl, count_steps),
+        last_loss=loss,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
     parser.add_argument("--steps", type=int, default=200, help="timed steps (default 200)")
     parser.add_argument("--warmup", type=int, default=20, help="steps before timing (default 20)")
-    parser.add_argument("--count-steps", type=int, default=10, help="K: steps between the two call_counts() reads (default 10)")
+    parser.add_argument(
+        "--count-steps", type=int, default=10, help="K: steps between the two call_counts() reads (default 10)"
+    )
     args = parser.parse_args(argv)
     # Checked before importing the package, which would itself warn about the missing GPU.
     if not torch.cuda.is_available():
@@ -124,22 +137,59 @@ def main(argv: list[str] | None = None) -> int:
 
     from rmsnorm_kernel.checks import benchmark as bm
 
-    results = [measure(path, mode == "compiled", "cuda", args.steps, args.warmup, args.count_steps) for path in PATHS for mode in MODES]
+    results = [
+        measure(path, mode == "compiled", "cuda", args.steps, args.warmup, args.count_steps)
+        for path in PATHS
+        for mode in MODES
+    ]
     v = bm.versions()
     device_name = torch.cuda.get_device_name()
-    print(f"training step, batch {BATCH}, {INPUT_DIM}->{HIDDEN_DIM}->{OUTPUT_DIM}, Adam, on {device_name}: "
-          f"torch {v['torch']}, triton {v['triton']}")
-    rows = [(r["path"], r["mode"], f"{r['median_ms']:.3f}", f"{r['min_ms']:.3f}",
-             f"{r['calls']['delta']['forward']}/{r['calls']['delta']['backward']}",
-             f"{expected_calls(r['path'], args.count_steps)['forward']}/{expected_calls(r['path'], args.count_steps)['backward']}",
-             "ok" if r["calls_ok"] else "WRONG", f"{r['last_loss']:.6g}") for r in results]
-    print(bm.text_table(("path", "mode", "median ms/step", "min ms/step", f"calls fwd/bwd in {args.count_steps} steps", "expected",
-                         "count", "loss"), rows, left=(0, 1, 6)))
+    print(
+        f"training step, batch {BATCH}, {INPUT_DIM}->{HIDDEN_DIM}->{OUTPUT_DIM}, Adam, on {device_name}: "
+        f"torch {v['torch']}, triton {v['triton']}"
+    )
+    rows = [
+        (
+            r["path"],
+            r["mode"],
+            f"{r['median_ms']:.3f}",
+            f"{r['min_ms']:.3f}",
+            f"{r['calls']['delta']['forward']}/{r['calls']['delta']['backward']}",
+            f"{expected_calls(r['path'], args.count_steps)['forward']}/{expected_calls(r['path'], args.count_steps)['backward']}",
+            "ok" if r["calls_ok"] else "WRONG",
+            f"{r['last_loss']:.6g}",
+        )
+        for r in results
+    ]
+    print(
+        bm.text_table(
+            (
+                "path",
+                "mode",
+                "median ms/step",
+                "min ms/step",
+                f"calls fwd/bwd in {args.count_steps} steps",
+                "expected",
+                "count",
+                "loss",
+            ),
+            rows,
+            left=(0, 1, 6),
+        )
+    )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        data = dict(device=device_name, **v, batch=BATCH, dims=[INPUT_DIM, HIDDEN_DIM, OUTPUT_DIM], eps=EPS, optimizer=f"Adam(lr={LR})",
-                    compile='torch.compile(loss_fn, mode="reduce-overhead")', timing="CUDA events around each step, median",
-                    results=results)
+        data = dict(
+            device=device_name,
+            **v,
+            batch=BATCH,
+            dims=[INPUT_DIM, HIDDEN_DIM, OUTPUT_DIM],
+            eps=EPS,
+            optimizer=f"Adam(lr={LR})",
+            compile='torch.compile(loss_fn, mode="reduce-overhead")',
+            timing="CUDA events around each step, median",
+            results=results,
+        )
         args.json.write_text(json.dumps(data, indent=1))
         print(f"wrote {args.json}")
     return 0 if all(r["calls_ok"] for r in results) else 1

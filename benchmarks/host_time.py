@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
+from rmsnorm_kernel.checks import benchmark as bm
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.backend import CUDA, backend
-from rmsnorm_kernel.checks import benchmark as bm
 from rmsnorm_kernel.testing import make_inputs
 
 
@@ -47,8 +47,9 @@ def pieces(x: torch.Tensor, gamma: torch.Tensor, dy: torch.Tensor) -> dict[str, 
     }
 
 
-def host_times(device: str = "cuda", m: int = 128, n: int = 257, calls: int = 300, repeats: int = 5,
-               warmup: int = 20) -> dict[str, dict[str, float]]:
+def host_times(
+    device: str = "cuda", m: int = 128, n: int = 257, calls: int = 300, repeats: int = 5, warmup: int = 20
+) -> dict[str, dict[str, float]]:
     """{piece: {"host_us": ..., "wall_us": ...}}: medians over ``repeats`` of the per-call times of
     ``calls`` back-to-back calls."""
     x, gamma, dy = make_inputs((m, n), torch.float32, device)
@@ -79,18 +80,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported (default 5)")
     args = parser.parse_args(argv)
     if backend() != CUDA:
-        print("host_time: needs a CUDA GPU (on the CPU the kernels run in Triton's interpreter); none found.", file=sys.stderr)
+        print(
+            "host_time: needs a CUDA GPU (on the CPU the kernels run in Triton's interpreter); none found.",
+            file=sys.stderr,
+        )
         return 2
     m, n = 128, 257
     times = host_times("cuda", m, n, args.calls, args.repeats)
     v = bm.versions()
-    print(f"host time per call at {m}x{n} float32 on {torch.cuda.get_device_name()}: torch {v['torch']}, triton {v['triton']}")
-    print(bm.text_table(("piece", "host us", "wall us"),
-                        [(name, f"{t['host_us']:.1f}", f"{t['wall_us']:.1f}") for name, t in times.items()]))
+    print(
+        f"host time per call at {m}x{n} float32 on {torch.cuda.get_device_name()}: torch {v['torch']}, triton {v['triton']}"
+    )
+    print(
+        bm.text_table(
+            ("piece", "host us", "wall us"),
+            [(name, f"{t['host_us']:.1f}", f"{t['wall_us']:.1f}") for name, t in times.items()],
+        )
+    )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        data = dict(device=torch.cuda.get_device_name(), **v, shape=[m, n], dtype="float32", calls=args.calls,
-                    repeats=args.repeats, statistic="median", times=times)
+        data = dict(
+            device=torch.cuda.get_device_name(),
+            **v,
+            shape=[m, n],
+            dtype="float32",
+            calls=args.calls,
+            repeats=args.repeats,
+            statistic="median",
+            times=times,
+        )
         args.json.write_text(json.dumps(data, indent=1))
         print(f"wrote {args.json}")
     return 0

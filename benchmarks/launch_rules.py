@@ -38,13 +38,13 @@ from pathlib import Path
 import torch
 import triton
 
+from rmsnorm_kernel.checks import benchmark as bm
+from rmsnorm_kernel.checks.report import outputs_problem
 from rmsnorm_kernel.ops import kernels, launch
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.tolerances import compare
-from rmsnorm_kernel.checks import benchmark as bm
 from rmsnorm_kernel.testing import make_inputs
-from rmsnorm_kernel.checks.report import outputs_problem
 
 EPS = 1e-6
 X_BYTES = 512 * 2**20
@@ -68,7 +68,8 @@ def forward_variants(base: launch.Plan, rows: int) -> dict[str, launch.Plan]:
         out["vec1"] = dataclasses.replace(base, vec=1)
     for chunk, warps in FWD_CHUNKS:
         out[f"chunk{chunk}_w{warps}"] = dataclasses.replace(
-            base, fwd_two_pass=True, block_n=chunk, fwd_block_m=1, fwd_warps=warps, fwd_programs=rows, fwd_stages=1)
+            base, fwd_two_pass=True, block_n=chunk, fwd_block_m=1, fwd_warps=warps, fwd_programs=rows, fwd_stages=1
+        )
     return _without_repeats(out)
 
 
@@ -88,8 +89,14 @@ def backward_variants(base: launch.Plan, rows: int, n: int, x_bytes: int, gpu: l
             continue
         programs = min(triton.cdiv(rows, block_m), launch.BWD_PROGRAMS_PER_SM * gpu.sms)
         out[f"rows{block_m}_w{warps}_s{stages}"] = dataclasses.replace(
-            base, bwd_block_m=block_m, bwd_block_n=block_n, bwd_warps=warps, partial_rows=programs,
-            bwd_grid=(programs, 1), bwd_stages=stages)
+            base,
+            bwd_block_m=block_m,
+            bwd_block_n=block_n,
+            bwd_warps=warps,
+            partial_rows=programs,
+            bwd_grid=(programs, 1),
+            bwd_stages=stages,
+        )
     return _without_repeats(out)
 
 
@@ -126,8 +133,17 @@ def run_item(kind: str, dtype_name: str, n: int, device: str, bench, x_bytes_tot
         got = run(p)
         ok = all(compare(g, e).ok for g, e in zip(got, expected))
         ms = bench(lambda: run(p))
-        yield dict(kind=kind, dtype=dtype_name, M=rows, N=n, variant=name, ok=ok, ms=ms, frac=units * copy_ms / ms,
-                   plan=dataclasses.asdict(p))
+        yield dict(
+            kind=kind,
+            dtype=dtype_name,
+            M=rows,
+            N=n,
+            variant=name,
+            ok=ok,
+            ms=ms,
+            frac=units * copy_ms / ms,
+            plan=dataclasses.asdict(p),
+        )
 
 
 def parse_items(text: str) -> list[tuple[str, str, int]]:
@@ -135,10 +151,17 @@ def parse_items(text: str) -> list[tuple[str, str, int]]:
     items = []
     for item in text.split(","):
         parts = item.strip().split(":")
-        if (len(parts) != 3 or parts[0] not in ("fwd", "bwd") or parts[1] not in bm.DTYPES
-                or not parts[2].isdigit() or not 1 <= int(parts[2]) <= MAX_N):
-            raise ValueError(f"launch_rules: --items has {item!r}; accepted: kind:dtype:N with kind fwd or bwd, "
-                             f"dtype one of {', '.join(bm.DTYPES)}, 1 <= N <= {MAX_N}")
+        if (
+            len(parts) != 3
+            or parts[0] not in ("fwd", "bwd")
+            or parts[1] not in bm.DTYPES
+            or not parts[2].isdigit()
+            or not 1 <= int(parts[2]) <= MAX_N
+        ):
+            raise ValueError(
+                f"launch_rules: --items has {item!r}; accepted: kind:dtype:N with kind fwd or bwd, "
+                f"dtype one of {', '.join(bm.DTYPES)}, 1 <= N <= {MAX_N}"
+            )
         items.append((parts[0], parts[1], int(parts[2])))
     return items
 
@@ -146,8 +169,12 @@ def parse_items(text: str) -> list[tuple[str, str, int]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
     parser.add_argument("--items", default=",".join(DEFAULT_ITEMS), help="comma-separated kind:dtype:N")
-    parser.add_argument("--json", type=Path, default=Path("outputs/launch-rules.jsonl"),
-                        help="JSON lines, appended (a rerun adds to the records already there)")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=Path("outputs/launch-rules.jsonl"),
+        help="JSON lines, appended (a rerun adds to the records already there)",
+    )
     parser.add_argument("--deadline-s", type=float, default=480.0, help="start no item after this many seconds")
     args = parser.parse_args(argv)
     try:
@@ -172,15 +199,19 @@ def main(argv: list[str] | None = None) -> int:
         with args.json.open("a") as out:
             for kind, dtype_name, n in items:
                 if time.monotonic() - start > args.deadline_s:
-                    print(f"launch_rules: deadline reached before {kind}:{dtype_name}:{n}; records so far in {args.json}",
-                          file=sys.stderr)
+                    print(
+                        f"launch_rules: deadline reached before {kind}:{dtype_name}:{n}; records so far in {args.json}",
+                        file=sys.stderr,
+                    )
                     return 3
                 for record in run_item(kind, dtype_name, n, "cuda", bench):
                     out.write(json.dumps(record) + "\n")
                     out.flush()  # a record is on disk before the next is timed: an interrupt loses none
                     wrong += not record["ok"]
-                    print(f"{kind} {dtype_name:8s} N={n:>5d} {record['variant']:16s} {record['ms'] * 1e3:8.1f} us "
-                          f"{record['frac']:.3f} {'ok' if record['ok'] else 'WRONG'}")
+                    print(
+                        f"{kind} {dtype_name:8s} N={n:>5d} {record['variant']:16s} {record['ms'] * 1e3:8.1f} us "
+                        f"{record['frac']:.3f} {'ok' if record['ok'] else 'WRONG'}"
+                    )
                 torch.cuda.empty_cache()
     except KeyboardInterrupt:
         print(f"launch_rules: interrupted; the records timed so far are in {args.json}", file=sys.stderr)

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import torch
 
+from rmsnorm_kernel.checks import benchmark as bm
 from rmsnorm_kernel.ops import kernels, launch
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.reference import oracle
-from rmsnorm_kernel.checks import benchmark as bm
 from rmsnorm_kernel.testing import make_inputs
 
 #: name -> the launch constants it overrides.
@@ -73,7 +73,9 @@ def overrides(**constants):
         if not hasattr(launch, name):
             raise AttributeError(f"launch_sweep: rmsnorm_kernel.ops.launch has no constant {name}")
         if hasattr(kernels, name):
-            raise ValueError(f"launch_sweep: {name} is read by the launchers in kernels.py directly; an override would not reach them")
+            raise ValueError(
+                f"launch_sweep: {name} is read by the launchers in kernels.py directly; an override would not reach them"
+            )
     saved = {name: getattr(launch, name) for name in constants}
     launch.plan.cache_clear()
     try:
@@ -86,7 +88,9 @@ def overrides(**constants):
         launch.plan.cache_clear()
 
 
-def run_sweep(shapes: dict, device: str, timer: bm.Timer, ceiling_bps: float | None, log=print) -> tuple[list[bm.Result], list[str]]:
+def run_sweep(
+    shapes: dict, device: str, timer: bm.Timer, ceiling_bps: float | None, log=print
+) -> tuple[list[bm.Result], list[str]]:
     """One checked, timed row per (shape, variant, mode), the base plan first; returns the rows (the
     variant in ``impl``) and, beside each, the plan it ran under."""
     fn = bm.make_impl("triton", device)
@@ -101,8 +105,10 @@ def run_sweep(shapes: dict, device: str, timer: bm.Timer, ceiling_bps: float | N
                     r = bm.measure_row(mode, name, fn, inputs, expected, timer, ceiling_bps)
                     rows.append(r)
                     plans.append(str(p))
-                    log(f"  {m}x{n} {dtype_name:8s} {mode:7s} {name:18s} {bm.fmt(r.events_us, '.1f'):>9s} us  "
-                        f"{'ok' if r.ok else 'FAILED ' + r.detail}")
+                    log(
+                        f"  {m}x{n} {dtype_name:8s} {mode:7s} {name:18s} {bm.fmt(r.events_us, '.1f'):>9s} us  "
+                        f"{'ok' if r.ok else 'FAILED ' + r.detail}"
+                    )
         del inputs, expected
         if device == "cuda":
             torch.cuda.empty_cache()
@@ -112,7 +118,9 @@ def run_sweep(shapes: dict, device: str, timer: bm.Timer, ceiling_bps: float | N
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
-    parser.add_argument("--json", type=Path, default=None, help="also write every row, with its plan, to this JSON file")
+    parser.add_argument(
+        "--json", type=Path, default=None, help="also write every row, with its plan, to this JSON file"
+    )
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--samples", type=int, default=20)
     parser.add_argument("--calls", type=int, default=10)
@@ -131,9 +139,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         bm.drop_nonfinite(rows)
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        data = dict(device=device_name, **v, ceiling_tbps=ceiling / 1e12,
-                    protocol=dict(warmup_calls=args.warmup, samples=args.samples, calls_per_sample=args.calls, statistic="median"),
-                    variants=VARIANTS, rows=[dict(asdict(r), plan=p) for r, p in zip(rows, plans)])
+        data = dict(
+            device=device_name,
+            **v,
+            ceiling_tbps=ceiling / 1e12,
+            protocol=dict(
+                warmup_calls=args.warmup, samples=args.samples, calls_per_sample=args.calls, statistic="median"
+            ),
+            variants=VARIANTS,
+            rows=[dict(asdict(r), plan=p) for r, p in zip(rows, plans)],
+        )
         args.json.write_text(json.dumps(data, indent=1, allow_nan=False, default=str))
         print(f"wrote {args.json}")
     return 0 if all(r.ok for r in rows) else 1

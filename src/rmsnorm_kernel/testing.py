@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
 
 def make_inputs(
-    shape: Sequence[int], dtype: torch.dtype, device: str | torch.device, gamma_dtype: torch.dtype | None = None, seed: int = 0
+    shape: Sequence[int],
+    dtype: torch.dtype,
+    device: str | torch.device,
+    gamma_dtype: torch.dtype | None = None,
+    seed: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x ~ N(0, 1), gamma = 1 + 0.5 * N(0, 1) (never all ones) and dy ~ N(0, 1).
 

@@ -6,9 +6,9 @@ import sys
 import pytest
 import torch
 
+from rmsnorm_kernel.checks import benchmark as bm
 from rmsnorm_kernel.ops import launch
 from rmsnorm_kernel.ops.backend import CUDA, backend
-from rmsnorm_kernel.checks import benchmark as bm
 from tests.helpers import ROOT
 
 no_gpu_only = pytest.mark.skipif(backend() == CUDA, reason="what the scripts do without a GPU")
@@ -25,6 +25,7 @@ def _script(name):
 
 launch_sweep, host_time, compiled_step = _script("launch_sweep"), _script("host_time"), _script("compiled_step")
 launch_rules = _script("launch_rules")
+
 
 def _h200_plan(m, n, dtype):
     x_bytes = torch.empty((), dtype=getattr(torch, dtype)).element_size()
@@ -75,8 +76,15 @@ def test_a_sweep_checks_every_variant_against_the_oracle(device):
     """At 4x257 the backward runs as a single program; ``single_off`` sends it through the persistent
     kernel and the column sum instead. Both plans must give the oracle's answer."""
     timer = FasterEachTime()
-    rows, plans = launch_sweep.run_sweep({(4, 257, "float32"): ("single_off",)}, device, timer, None, log=lambda s: None)
-    assert [(r.impl, r.mode) for r in rows] == [("base", bm.FWD), ("base", bm.FWD_BWD), ("single_off", bm.FWD), ("single_off", bm.FWD_BWD)]
+    rows, plans = launch_sweep.run_sweep(
+        {(4, 257, "float32"): ("single_off",)}, device, timer, None, log=lambda s: None
+    )
+    assert [(r.impl, r.mode) for r in rows] == [
+        ("base", bm.FWD),
+        ("base", bm.FWD_BWD),
+        ("single_off", bm.FWD),
+        ("single_off", bm.FWD_BWD),
+    ]
     assert all(r.ok for r in rows) and timer.calls == 4
     assert "partial_rows=0" in plans[1] and "partial_rows=0" not in plans[3]
     assert [r.winner for r in rows] == [False, False, True, True]  # the variant, timed last, is faster in both modes
@@ -84,7 +92,9 @@ def test_a_sweep_checks_every_variant_against_the_oracle(device):
 
 def test_host_time_times_every_piece_of_both_paths(device):
     times = host_time.host_times(device, m=4, n=33, calls=1, repeats=1, warmup=1)
-    assert {"rmsnorm fwd", "rmsnorm fwd+bwd", "kernels.rmsnorm_forward", "F.rms_norm fwd", "F.rms_norm fwd+bwd"} <= set(times)
+    assert {"rmsnorm fwd", "rmsnorm fwd+bwd", "kernels.rmsnorm_forward", "F.rms_norm fwd", "F.rms_norm fwd+bwd"} <= set(
+        times
+    )
     assert all(0 < t["host_us"] <= t["wall_us"] for t in times.values())
 
 
@@ -118,7 +128,9 @@ def test_every_launch_rules_variant_is_a_plan_the_kernels_run_correctly(kind, n,
     """Each variant is timed only if it computes what the shipped plan computes; on the CPU the variants
     run through the interpreter at a few rows, and each must differ from the shipped plan and agree with
     it (the shipped plan is checked against the oracle by tests/ops)."""
-    records = list(launch_rules.run_item(kind, "bfloat16", n, device, bench=lambda fn: (fn(), 1.0)[1], x_bytes_total=6 * n * 2))
+    records = list(
+        launch_rules.run_item(kind, "bfloat16", n, device, bench=lambda fn: (fn(), 1.0)[1], x_bytes_total=6 * n * 2)
+    )
     names = [r["variant"] for r in records]
     assert names[0] == "base" and len(names) == len(set(names)) > 3
     assert "vec1" in names  # N = 1000, 3000 and 9000 allow vector loads of 8 bfloat16 elements
@@ -127,8 +139,17 @@ def test_every_launch_rules_variant_is_a_plan_the_kernels_run_correctly(kind, n,
     assert len(set(plans)) == len(plans)  # every variant launches something the shipped plan does not
 
 
-@pytest.mark.parametrize("items", ["fwd:bfloat16", "sideways:bfloat16:1024", "fwd:int8:1024", "bwd:float32:0",
-                                   "bwd:float32:70000", "fwd:float32:ten"])
+@pytest.mark.parametrize(
+    "items",
+    [
+        "fwd:bfloat16",
+        "sideways:bfloat16:1024",
+        "fwd:int8:1024",
+        "bwd:float32:0",
+        "bwd:float32:70000",
+        "fwd:float32:ten",
+    ],
+)
 def test_launch_rules_refuses_a_bad_item_in_one_line_before_any_work(items, capsys):
     assert launch_rules.main(["--items", f"fwd:float32:1024,{items}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

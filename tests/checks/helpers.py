@@ -32,16 +32,22 @@ def read_report(outputs: Path, command: str) -> dict:
 
 def build_network(input_dim, hidden_dim, output_dim, norm_impl, eps):
     """A stand-in for the training's network builder, with the same layer names."""
-    return nn.Sequential(OrderedDict(
-        inp=nn.Linear(input_dim, hidden_dim), norm=RMSNorm(hidden_dim, eps=eps, impl=norm_impl),
-        act=nn.SiLU(), out=nn.Linear(hidden_dim, output_dim),
-    ))
+    return nn.Sequential(
+        OrderedDict(
+            inp=nn.Linear(input_dim, hidden_dim),
+            norm=RMSNorm(hidden_dim, eps=eps, impl=norm_impl),
+            act=nn.SiLU(),
+            out=nn.Linear(hidden_dim, output_dim),
+        )
+    )
 
 
 HPARAMS = {"input_dim": 6, "hidden_dim": 33, "output_dim": 2, "norm_impl": "triton", "eps": 1e-6, "lr": 1e-3}
 
 
-def write_checkpoint(path: Path, device: str, seed: int = 0, prefix: str = "net.", tamper: float = 0.0, builder=build_network) -> Path:
+def write_checkpoint(
+    path: Path, device: str, seed: int = 0, prefix: str = "net.", tamper: float = 0.0, builder=build_network
+) -> Path:
     """A checkpoint as the training writes it: Lightning's keys plus a batch of test inputs and the
     network's outputs on them (shifted by ``tamper``, to make a file whose record does not reproduce)."""
     torch.manual_seed(seed)
@@ -51,12 +57,17 @@ def write_checkpoint(path: Path, device: str, seed: int = 0, prefix: str = "net.
         inputs = torch.randn(5, HPARAMS["input_dim"], device=device)
         outputs = net(inputs) + tamper
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({
-        "epoch": 0, "global_step": 3, "pytorch-lightning_version": "2.5.0",
-        "state_dict": {prefix + k: v.cpu() for k, v in net.state_dict().items()},
-        "hyper_parameters": dict(HPARAMS),
-        "rmsnorm_kernel": {"test_inputs": inputs.cpu(), "test_outputs": outputs.cpu()},
-    }, path)
+    torch.save(
+        {
+            "epoch": 0,
+            "global_step": 3,
+            "pytorch-lightning_version": "2.5.0",
+            "state_dict": {prefix + k: v.cpu() for k, v in net.state_dict().items()},
+            "hyper_parameters": dict(HPARAMS),
+            "rmsnorm_kernel": {"test_inputs": inputs.cpu(), "test_outputs": outputs.cpu()},
+        },
+        path,
+    )
     return path
 
 
@@ -64,13 +75,22 @@ def write_checkpoint(path: Path, device: str, seed: int = 0, prefix: str = "net.
 # A project tree for clean
 
 
-
 def make_project(root: Path, name: str = "rmsnorm_kernel") -> Path:
     """A project named ``name`` with generated directories, sources, and two virtual environments."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "pyproject.toml").write_text(f'[project]\nname = "{name}"\nversion = "0"\n')
-    for d in ("outputs/hydra", "runs/triton_seed0/version_0", "checkpoints/triton_seed0", "multirun", ".pytest_cache",
-              "src/pkg/__pycache__", "tests/__pycache__", ".venv/lib/__pycache__", "venv2/lib/__pycache__", "conf"):
+    for d in (
+        "outputs/hydra",
+        "runs/triton_seed0/version_0",
+        "checkpoints/triton_seed0",
+        "multirun",
+        ".pytest_cache",
+        "src/pkg/__pycache__",
+        "tests/__pycache__",
+        ".venv/lib/__pycache__",
+        "venv2/lib/__pycache__",
+        "conf",
+    ):
         (root / d).mkdir(parents=True, exist_ok=True)
     (root / "venv2" / "pyvenv.cfg").write_text("home = /usr\n")
     (root / "runs" / "triton_seed0" / "version_0" / "events.out.tfevents.1").write_text("x")
@@ -98,8 +118,20 @@ class BreakingNet(SmallNet):
 # Rows of the benchmark sweep, as its runs write them
 
 
-def sweep_row(point: str, impl: str, mode: str, gpu=None, whole=None, host=None, pct=None, ok=True, repeat=0, origin="sweep",
-              split=None, session=0) -> dict:
+def sweep_row(
+    point: str,
+    impl: str,
+    mode: str,
+    gpu=None,
+    whole=None,
+    host=None,
+    pct=None,
+    ok=True,
+    repeat=0,
+    origin="sweep",
+    split=None,
+    session=0,
+) -> dict:
     """One row of a sweep run's file; ``point`` is ``regime:dtype:MxN``. Bandwidth follows from ``gpu``
     (us) and the benchmark's byte model, so a figure has something to draw."""
     from rmsnorm_kernel.checks import benchmark as bm
@@ -109,22 +141,85 @@ def sweep_row(point: str, impl: str, mode: str, gpu=None, whole=None, host=None,
     nbytes = bm.bytes_moved(mode, m, n, bm.DTYPES[dtype])
     if split is None:
         split = "fit" if origin == "sweep" and n % 1024 == 0 else "report"
-    return dict(point=point, regime=regime, origin=origin, split=split, M=m, N=n, dtype=dtype, mode=mode, impl=impl, bytes=nbytes,
-                repeat=repeat, ok=ok, detail="" if ok else "dgamma outside tolerance", max_abs=0.0, max_rel=0.0, checked_rows=m,
-                whole_us=whole, host_us=host, gpu_us=gpu, gpu_method="cuda-graph" if gpu else None, gpu_note="",
-                whole_tbps=nbytes / whole / 1e6 if whole else None, gpu_tbps=nbytes / gpu / 1e6 if gpu else None,
-                ceiling_tbps=4.0 if pct is not None else None, pct_of_ceiling=pct, first_call_s=1.0, measure_s=1.0, session=session)
+    return dict(
+        point=point,
+        regime=regime,
+        origin=origin,
+        split=split,
+        M=m,
+        N=n,
+        dtype=dtype,
+        mode=mode,
+        impl=impl,
+        bytes=nbytes,
+        repeat=repeat,
+        ok=ok,
+        detail="" if ok else "dgamma outside tolerance",
+        max_abs=0.0,
+        max_rel=0.0,
+        checked_rows=m,
+        whole_us=whole,
+        host_us=host,
+        gpu_us=gpu,
+        gpu_method="cuda-graph" if gpu else None,
+        gpu_note="",
+        whole_tbps=nbytes / whole / 1e6 if whole else None,
+        gpu_tbps=nbytes / gpu / 1e6 if gpu else None,
+        ceiling_tbps=4.0 if pct is not None else None,
+        pct_of_ceiling=pct,
+        first_call_s=1.0,
+        measure_s=1.0,
+        session=session,
+    )
 
 
-def sweep_run(rows: list[dict], part: str = "1/1", shapes: str = "sweep", definition: str | None = None, device: str = "GPU",
-              ceilings=None) -> dict:
+def sweep_run(
+    rows: list[dict],
+    part: str = "1/1",
+    shapes: str = "sweep",
+    definition: str | None = None,
+    device: str = "GPU",
+    ceilings=None,
+) -> dict:
     """A run's file around ``rows`` (the sweep's own definition unless ``definition`` is given)."""
     from rmsnorm_kernel.checks.sweep import definition_hash, sweep_points
 
-    return dict(kind="benchmark-sweep-run", shapes=shapes, definition=definition or definition_hash(sweep_points(shapes)), part=part,
-                points_in_part=0, skipped_done=0, impls=[], timed=True, device=device, backend="cuda", torch="2.11", triton="3.6",
-                liger_kernel="0.8.5", python="3.12", date="2026-12-01T00:00:00+00:00", estimate_s=1.0, protocol={},
-                noise_points=[], elapsed_s=100.0, complete=True, remaining=[],
-                ceilings=ceilings if ceilings is not None else [dict(regime="large", when="start", bytes=2 << 29, whole_us=260.0, gpu_us=256.0,
-                                                                     gpu_method="cuda-graph", gpu_note="", whole_tbps=4.1, gpu_tbps=4.2)],
-                rows=rows)
+    return dict(
+        kind="benchmark-sweep-run",
+        shapes=shapes,
+        definition=definition or definition_hash(sweep_points(shapes)),
+        part=part,
+        points_in_part=0,
+        skipped_done=0,
+        impls=[],
+        timed=True,
+        device=device,
+        backend="cuda",
+        torch="2.11",
+        triton="3.6",
+        liger_kernel="0.8.5",
+        python="3.12",
+        date="2026-12-01T00:00:00+00:00",
+        estimate_s=1.0,
+        protocol={},
+        noise_points=[],
+        elapsed_s=100.0,
+        complete=True,
+        remaining=[],
+        ceilings=ceilings
+        if ceilings is not None
+        else [
+            dict(
+                regime="large",
+                when="start",
+                bytes=2 << 29,
+                whole_us=260.0,
+                gpu_us=256.0,
+                gpu_method="cuda-graph",
+                gpu_note="",
+                whole_tbps=4.1,
+                gpu_tbps=4.2,
+            )
+        ],
+        rows=rows,
+    )

@@ -10,11 +10,11 @@ import math
 import pytest
 import torch
 
+from rmsnorm_kernel.checks import benchmark as bm
+from rmsnorm_kernel.checks.mutants import forward_block_mean
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.reference import manual_backward, rmsnorm_reference
-from rmsnorm_kernel.checks import benchmark as bm
 from rmsnorm_kernel.testing import make_inputs
-from rmsnorm_kernel.checks.mutants import forward_block_mean
 
 
 def test_forward_bytes_are_x_read_y_written_and_gamma():
@@ -66,8 +66,9 @@ def test_a_wrong_implementation_fails_its_check_is_not_timed_and_cannot_win(devi
         "wrong": lambda x, g: forward_block_mean(x, g, bm.EPS),
     }
     timer = FakeTimer(events_s=1e-4)
-    results = bm.run_benchmark([(5, 257, "float32")], ["wrong", "right"], device, timer, None, log=_quiet,
-                               impl_factory=_factory(impls))
+    results = bm.run_benchmark(
+        [(5, 257, "float32")], ["wrong", "right"], device, timer, None, log=_quiet, impl_factory=_factory(impls)
+    )
     by = {(r.impl, r.mode): r for r in results}
     assert not by[("wrong", bm.FWD)].ok and "y outside tolerance" in by[("wrong", bm.FWD)].detail
     assert by[("wrong", bm.FWD)].events_us is None and not by[("wrong", bm.FWD)].winner
@@ -105,22 +106,38 @@ def test_an_implementation_that_raises_is_a_failed_row():
     def boom(x, g):
         raise RuntimeError("no kernel for you")
 
-    results = bm.run_benchmark([(2, 8, "float32")], ["boom"], "cpu", FakeTimer(), None, log=_quiet,
-                               impl_factory=_factory({"boom": boom}))
+    results = bm.run_benchmark(
+        [(2, 8, "float32")], ["boom"], "cpu", FakeTimer(), None, log=_quiet, impl_factory=_factory({"boom": boom})
+    )
     assert [r.ok for r in results] == [False, False]
     assert "raised RuntimeError: no kernel for you" in results[0].detail
     assert all(r.events_us is None and not r.winner for r in results)
 
 
 def _result(impl, mode, events_us, ok=True, shape="8x8"):
-    return bm.Result(shape=shape, M=8, N=8, dtype="float32", mode=mode, impl=impl, ok=ok, detail="" if ok else "y outside tolerance",
-                     max_abs=0.0, max_rel=0.0, bytes=1000, events_us=events_us if ok else None)
+    return bm.Result(
+        shape=shape,
+        M=8,
+        N=8,
+        dtype="float32",
+        mode=mode,
+        impl=impl,
+        ok=ok,
+        detail="" if ok else "y outside tolerance",
+        max_abs=0.0,
+        max_rel=0.0,
+        bytes=1000,
+        events_us=events_us if ok else None,
+    )
 
 
 def test_winner_is_the_fastest_correct_row_of_each_group_and_triton_gets_its_speedup():
     rows = [
-        _result("triton", bm.FWD, 10.0), _result("F.rms_norm", bm.FWD, 12.0), _result("liger", bm.FWD, 1.0, ok=False),
-        _result("triton", bm.FWD_BWD, 30.0), _result("compile", bm.FWD_BWD, 20.0),
+        _result("triton", bm.FWD, 10.0),
+        _result("F.rms_norm", bm.FWD, 12.0),
+        _result("liger", bm.FWD, 1.0, ok=False),
+        _result("triton", bm.FWD_BWD, 30.0),
+        _result("compile", bm.FWD_BWD, 20.0),
         _result("triton", bm.FWD, 50.0, shape="16x16"),  # a group of its own, alone in it
     ]
     bm.mark_winners(rows)
@@ -140,7 +157,11 @@ def test_table_and_json_from_a_tiny_run_with_an_injected_timer(device, tmp_path)
     r = next(r for r in results if r.impl == "triton" and r.mode == bm.FWD_BWD)
     nbytes = 5 * 4 * 257 * 4 + 2 * 257 * 4
     assert r.bytes == nbytes
-    assert r.events_us == pytest.approx(100.0) and r.do_bench_us == pytest.approx(200.0) and r.host_us == pytest.approx(10.0)
+    assert (
+        r.events_us == pytest.approx(100.0)
+        and r.do_bench_us == pytest.approx(200.0)
+        and r.host_us == pytest.approx(10.0)
+    )
     assert r.bandwidth_tbps == pytest.approx(nbytes / 1e-4 / 1e12)
     assert r.pct_of_ceiling == pytest.approx(100 * nbytes / 1e-4 / ceiling)
 
@@ -152,7 +173,9 @@ def test_table_and_json_from_a_tiny_run_with_an_injected_timer(device, tmp_path)
     assert data["ceiling_tbps"] == pytest.approx(2.0)
     assert data["liger_settings"] == {"offset": 0.0, "casting_mode": "llama", "in_place": True}
     assert len(data["results"]) == 6 and {x["impl"] for x in data["results"]} == set(impls)
-    assert all(isinstance(x["N"], int) and x["N"] == 257 for x in data["results"])  # flat records, as figures reads them
+    assert all(
+        isinstance(x["N"], int) and x["N"] == 257 for x in data["results"]
+    )  # flat records, as figures reads them
 
     table = bm.format_table(results, 2.0)
     lines = table.splitlines()
@@ -163,8 +186,19 @@ def test_table_and_json_from_a_tiny_run_with_an_injected_timer(device, tmp_path)
 
 
 def test_json_never_holds_nan_or_infinity(tmp_path):
-    bad = bm.Result(shape="1x1", M=1, N=1, dtype="float32", mode=bm.FWD, impl="x", ok=False, detail="d", max_abs=math.inf,
-                    max_rel=math.nan, bytes=8)
+    bad = bm.Result(
+        shape="1x1",
+        M=1,
+        N=1,
+        dtype="float32",
+        mode=bm.FWD,
+        impl="x",
+        ok=False,
+        detail="d",
+        max_abs=math.inf,
+        max_rel=math.nan,
+        bytes=8,
+    )
     args = argparse.Namespace(warmup=1, samples=1, calls=1, no_do_bench=True)
     path = bm.write_json(bm.make_report(False, "cpu", None, [bad], args), tmp_path)
     row = json.loads(path.read_text())["results"][0]

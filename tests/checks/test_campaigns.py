@@ -6,11 +6,11 @@ import pytest
 import torch
 import triton
 
+from rmsnorm_kernel.checks import campaigns
+from rmsnorm_kernel.checks.campaigns import CampaignCase
 from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.launch import ROW_LIMIT
 from rmsnorm_kernel.ops.reference import manual_backward, rmsnorm_reference
-from rmsnorm_kernel.checks import campaigns
-from rmsnorm_kernel.checks.campaigns import CampaignCase
 from rmsnorm_kernel.testing import make_inputs
 
 HALF_AND_FLOAT = {torch.float32, torch.float16, torch.bfloat16}
@@ -62,7 +62,9 @@ def test_campaign_gamma_is_never_all_ones(device):
 def test_campaign_gives_one_passing_record_per_shape_and_dtype(device):
     shapes = [(1, 257), (3, 2, 33)]
     cases = campaigns.run_campaign("forward", shapes=shapes, device=device)
-    assert [(c.shape, c.dtype) for c in cases] == [(s, str(d).removeprefix("torch.")) for s in shapes for d in campaigns.DTYPES]
+    assert [(c.shape, c.dtype) for c in cases] == [
+        (s, str(d).removeprefix("torch.")) for s in shapes for d in campaigns.DTYPES
+    ]
     assert [c.seed for c in cases] == list(range(len(cases)))
     assert all(c.ok and math.isfinite(c.max_abs) and not c.error for c in cases)
 
@@ -85,19 +87,25 @@ def test_campaigns_expect_the_float64_oracle_rounded_to_the_dtype(campaign, devi
 
 
 def test_block_mean_forward_fails_at_257_and_passes_at_256(device):
-    cases = campaigns.run_campaign("forward", kernel="block-mean", shapes=[(17, 256), (17, 257)], dtypes=[torch.float32], device=device)
+    cases = campaigns.run_campaign(
+        "forward", kernel="block-mean", shapes=[(17, 256), (17, 257)], dtypes=[torch.float32], device=device
+    )
     at = {c.shape[-1]: c for c in cases}
     assert at[256].ok
     assert not at[257].ok and at[257].max_rel > 0.1
 
 
 def test_block_mean_dx_fails_at_257(device):
-    (case,) = campaigns.run_campaign("dx", kernel="block-mean", shapes=[(17, 257)], dtypes=[torch.float32], device=device)
+    (case,) = campaigns.run_campaign(
+        "dx", kernel="block-mean", shapes=[(17, 257)], dtypes=[torch.float32], device=device
+    )
     assert not case.ok and not case.error
 
 
 def test_block_mean_has_no_looped_rows_and_the_case_says_so(device):
-    (case,) = campaigns.run_campaign("forward", kernel="block-mean", shapes=[(1, 10000)], dtypes=[torch.float32], device=device)
+    (case,) = campaigns.run_campaign(
+        "forward", kernel="block-mean", shapes=[(1, 10000)], dtypes=[torch.float32], device=device
+    )
     assert not case.ok and "looped kernels" in case.error and math.isnan(case.max_abs)
 
 
@@ -115,7 +123,9 @@ def test_a_crashing_kernel_fails_its_case_and_the_campaign_goes_on(device, monke
         raise RuntimeError("launch failed\nwith a traceback below")
 
     monkeypatch.setitem(campaigns.KERNELS["forward"], "crash", crash)
-    cases = campaigns.run_campaign("forward", kernel="crash", shapes=[(2, 8), (3, 9)], dtypes=[torch.float32], device=device)
+    cases = campaigns.run_campaign(
+        "forward", kernel="crash", shapes=[(2, 8), (3, 9)], dtypes=[torch.float32], device=device
+    )
     assert len(cases) == 2
     assert all(not c.ok and c.error == "RuntimeError: launch failed" for c in cases)
 
@@ -132,7 +142,12 @@ def _case(dtype, max_abs, ok):
 
 
 def test_worst_case_per_dtype_prefers_a_failure_over_a_larger_passing_error():
-    cases = [_case("float32", 1e-6, True), _case("float32", 5e-7, False), _case("float16", 1e-4, True), _case("float16", 2e-3, True)]
+    cases = [
+        _case("float32", 1e-6, True),
+        _case("float32", 5e-7, False),
+        _case("float16", 1e-4, True),
+        _case("float16", 2e-3, True),
+    ]
     worst = campaigns.worst_per_dtype(cases)
     assert worst["float32"] is cases[1]
     assert worst["float16"] is cases[3]

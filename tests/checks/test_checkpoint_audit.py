@@ -36,9 +36,15 @@ def checkpoint_dir(tmp_path, device):
 def test_audit_verifies_good_files_and_names_each_bad_one(checkpoint_dir, device):
     audits = checkpoint_audit.audit_checkpoints(checkpoint_dir, build_network, device=device)
     results = {Path(r.file).relative_to(checkpoint_dir).as_posix(): r for r in audits}
-    assert (results["triton_seed0/version_0/last.ckpt"].stage, results["triton_seed0/version_0/last.ckpt"].ok) == ("verified", True)
+    assert (results["triton_seed0/version_0/last.ckpt"].stage, results["triton_seed0/version_0/last.ckpt"].ok) == (
+        "verified",
+        True,
+    )
     assert results["triton_seed0/version_0/unprefixed.ckpt"].ok
-    assert (results["triton_seed1/tampered.ckpt"].stage, results["triton_seed1/tampered.ckpt"].ok) == ("reproduce", False)
+    assert (results["triton_seed1/tampered.ckpt"].stage, results["triton_seed1/tampered.ckpt"].ok) == (
+        "reproduce",
+        False,
+    )
     assert results["triton_seed1/tampered.ckpt"].max_abs == pytest.approx(0.01, rel=1e-3)
     for name in ("damaged/random.ckpt", "damaged/empty.ckpt", "damaged/truncated.ckpt", "foreign/pickled_object.ckpt"):
         assert (results[name].stage, results[name].ok) == ("load", False), name
@@ -48,7 +54,9 @@ def test_audit_verifies_good_files_and_names_each_bad_one(checkpoint_dir, device
 
 def test_audit_reports_a_missing_model_module_per_file(checkpoint_dir, device, monkeypatch):
     monkeypatch.setitem(sys.modules, "rmsnorm_kernel.training.model", None)  # makes the import fail
-    results = [r for r in checkpoint_audit.audit_checkpoints(checkpoint_dir, device=device) if r.file.endswith("last.ckpt")]
+    results = [
+        r for r in checkpoint_audit.audit_checkpoints(checkpoint_dir, device=device) if r.file.endswith("last.ckpt")
+    ]
     assert len(results) == 1
     assert results[0].stage == "rebuild" and not results[0].ok
     assert "rmsnorm_kernel.training.model.build_network is not importable" in results[0].detail
@@ -87,7 +95,9 @@ def test_a_failing_line_says_why(tmp_path, device):
     _with_state(good, tmp_path / "bad" / "nan_weight.ckpt", nan_weight)
     _with_state(good, tmp_path / "bad" / "inf_record.ckpt", inf_record)
     write_checkpoint(tmp_path / "bad" / "tampered.ckpt", device, tamper=0.01)
-    results = {Path(r.file).name: r for r in checkpoint_audit.audit_checkpoints(tmp_path / "bad", build_network, device=device)}
+    results = {
+        Path(r.file).name: r for r in checkpoint_audit.audit_checkpoints(tmp_path / "bad", build_network, device=device)
+    }
 
     nan = results["nan_weight.ckpt"]
     assert (nan.stage, nan.ok) == ("weights", False)

@@ -158,7 +158,9 @@ def test_dry_run_lists_every_generated_and_every_kept_file_and_changes_nothing(p
     assert sorted(p for p, a in actions.items() if a == "would remove") == sorted(GENERATED_FILES + REMOVED_FOLDERS)
     assert sorted(p for p, a in actions.items() if a.startswith("kept")) == sorted(USER_FILES + [EMPTY_USER_FOLDER])
     assert all(actions[p] == "kept: not written by this project's commands" for p in USER_FILES)
-    assert set(actions) == set(GENERATED_FILES + REMOVED_FOLDERS + USER_FILES + [EMPTY_USER_FOLDER])  # nothing else listed
+    assert set(actions) == set(
+        GENERATED_FILES + REMOVED_FOLDERS + USER_FILES + [EMPTY_USER_FOLDER]
+    )  # nothing else listed
     assert snapshot(project) == before
 
 
@@ -186,7 +188,12 @@ def test_a_tree_of_generated_files_only_is_left_without_its_generated_folders(tm
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(content(rel))
     clean.clean_generated(root, dry_run=False)
-    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == ["pyproject.toml", "src", "src/pkg", "tests"]
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == [
+        "pyproject.toml",
+        "src",
+        "src/pkg",
+        "tests",
+    ]
 
 
 def test_links_are_neither_followed_nor_removed(tmp_path):
@@ -237,7 +244,10 @@ def test_the_dry_run_command_prints_every_path_and_writes_nothing(project, capsy
     table = _table(out)
     assert sorted(p for p, a in table.items() if a == "would remove") == sorted(GENERATED_FILES + REMOVED_FOLDERS)
     assert sorted(p for p, a in table.items() if a.startswith("kept")) == sorted(USER_FILES + [EMPTY_USER_FOLDER])
-    assert f"{len(GENERATED_FILES)} file(s) and {len(REMOVED_FOLDERS)} folder(s) would be removed; {len(USER_FILES) + 1} path(s) kept" in out
+    assert (
+        f"{len(GENERATED_FILES)} file(s) and {len(REMOVED_FOLDERS)} folder(s) would be removed; {len(USER_FILES) + 1} path(s) kept"
+        in out
+    )
     assert snapshot(project) == before  # no report in outputs/, nothing else either
 
 
@@ -251,7 +261,9 @@ def test_the_report_goes_only_outside_the_cleaned_folders(project, tmp_path, cap
     rc, out, _ = run_cli(capsys, "clean", "--scope", "generated", "--outputs", tmp_path / "reports")
     report = json.loads((tmp_path / "reports" / "clean.json").read_text())
     assert rc == 0 and report["ok"] and report["dry_run"] is False
-    assert sorted(p["path"] for p in report["paths"] if p["action"] == "removed") == sorted(GENERATED_FILES + REMOVED_FOLDERS)
+    assert sorted(p["path"] for p in report["paths"] if p["action"] == "removed") == sorted(
+        GENERATED_FILES + REMOVED_FOLDERS
+    )
     assert (project / "outputs" / "notes.txt").read_bytes() == content("outputs/notes.txt")
 
 
@@ -280,7 +292,9 @@ def test_the_checkpoint_temporary_is_named_as_the_training_names_it(tmp_path, mo
 
     renamed = []
     real_replace = os.replace
-    monkeypatch.setattr(checkpoints.os, "replace", lambda src, dst: (renamed.append(Path(src).name), real_replace(src, dst)))
+    monkeypatch.setattr(
+        checkpoints.os, "replace", lambda src, dst: (renamed.append(Path(src).name), real_replace(src, dst))
+    )
     checkpoints.atomic_torch_save({"x": 1}, tmp_path / "last.ckpt")
     (temporary,) = renamed
     assert clean.is_generated_file(tmp_path, f"checkpoints/triton_seed0/version_0/{temporary}")

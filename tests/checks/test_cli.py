@@ -11,11 +11,11 @@ import torch
 
 import rmsnorm_kernel.checks
 from rmsnorm_kernel import rmsnorm
-from rmsnorm_kernel.ops.reference import rmsnorm_reference
 from rmsnorm_kernel.checks import campaigns, compile_report, exercise, gradients, negative, profile
 from rmsnorm_kernel.checks.cli import main
 from rmsnorm_kernel.checks.mutants import forward_block_mean
 from rmsnorm_kernel.checks.negative import Violation
+from rmsnorm_kernel.ops.reference import rmsnorm_reference
 
 from .helpers import BreakingNet, make_project, read_report, run_cli, write_checkpoint
 
@@ -24,8 +24,13 @@ DTYPE_NAMES = {"float32", "float16", "bfloat16"}
 
 
 def run_process(*argv, cwd, timeout=600):
-    return subprocess.run([sys.executable, "-m", "rmsnorm_kernel", *map(str, argv)],
-                          cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "rmsnorm_kernel", *map(str, argv)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -119,7 +124,9 @@ def test_campaign_with_the_block_mean_mutant_fails_at_257_not_256(command, tmp_p
 
 
 def test_gamma_campaign_fails_on_a_wrong_dgamma(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(campaigns.KERNELS["dgamma"], "triton", lambda dy, x, gamma, eps: -campaigns.triton_dgamma(dy, x, gamma, eps))
+    monkeypatch.setitem(
+        campaigns.KERNELS["dgamma"], "triton", lambda dy, x, gamma, eps: -campaigns.triton_dgamma(dy, x, gamma, eps)
+    )
     monkeypatch.setattr(campaigns, "QUICK_SHAPES", ((2, 33),))
     rc, _, _ = run_cli(capsys, "check-gamma", "--quick", "--outputs", tmp_path)
     rep = read_report(tmp_path, "check-gamma")
@@ -280,11 +287,14 @@ def test_unknown_option_is_refused(capsys):
     assert exc.value.code == 2 and "--fast" in capsys.readouterr().err
 
 
-
-@pytest.mark.parametrize("argv", [["exercise"], ["benchmark"], ["benchmark-sweep", "--shapes", "tiny"], ["benchmark-sweep", "--merge"]])
+@pytest.mark.parametrize(
+    "argv", [["exercise"], ["benchmark"], ["benchmark-sweep", "--shapes", "tiny"], ["benchmark-sweep", "--merge"]]
+)
 def test_an_outputs_folder_that_cannot_be_written_is_refused_with_one_line_before_any_work(tmp_path, capsys, argv):
     (tmp_path / "file").write_text("kept")
     assert main([*argv, "--outputs", str(tmp_path / "file" / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].endswith(f"--outputs {tmp_path}/file/x cannot be written (Not a directory); accepted: a folder this user can create and write")
+    assert err[-1].endswith(
+        f"--outputs {tmp_path}/file/x cannot be written (Not a directory); accepted: a folder this user can create and write"
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["file"]

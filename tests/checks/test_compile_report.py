@@ -32,7 +32,9 @@ def test_compile_report_reports_graph_breaks(tmp_path, device, monkeypatch):
 
 
 def test_op_call_excerpts_mark_each_call_with_its_context():
-    code = "\n".join(["a = 1", "b = 2", "buf0 = torch.ops.rmsnorm_kernel.rmsnorm.default(x, w, 1e-06)", "c = 3", "d = 4", "e = 5"])
+    code = "\n".join(
+        ["a = 1", "b = 2", "buf0 = torch.ops.rmsnorm_kernel.rmsnorm.default(x, w, 1e-06)", "c = 3", "d = 4", "e = 5"]
+    )
     calls, excerpts = compile_report.op_call_excerpts(code, context=1)
     assert calls == ["buf0 = torch.ops.rmsnorm_kernel.rmsnorm.default(x, w, 1e-06)"]
     assert excerpts == ["   b = 2\n>> buf0 = torch.ops.rmsnorm_kernel.rmsnorm.default(x, w, 1e-06)\n   c = 3"]

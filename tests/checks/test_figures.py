@@ -55,7 +55,9 @@ def test_event_files_are_read_back_per_run_and_tag(runs_dir):
     assert values == pytest.approx([val_curve(s, 0) for s in (3, 7, 11)])
 
 
-@pytest.mark.parametrize("label,path", [("triton_seed0/version_0", "triton"), ("reference_seed3", "reference"), ("seed0", None)])
+@pytest.mark.parametrize(
+    "label,path", [("triton_seed0/version_0", "triton"), ("reference_seed3", "reference"), ("seed0", None)]
+)
 def test_run_path_comes_from_the_directory_name(label, path):
     assert figures.run_path(label) == path
 
@@ -90,7 +92,11 @@ def test_check_errors_figure_reads_the_reports_the_commands_write(tmp_path, caps
     assert main(["check-forward", "--quick", "--outputs", str(tmp_path)]) == 0
     assert main(["check-forward", "--quick", "--kernel", "block-mean", "--outputs", str(tmp_path / "mutant")]) == 1
     capsys.readouterr()
-    reports = {"forward": tmp_path / "check-forward.json", "mutant": tmp_path / "mutant" / "check-forward.json", "dx": tmp_path / "absent.json"}
+    reports = {
+        "forward": tmp_path / "check-forward.json",
+        "mutant": tmp_path / "mutant" / "check-forward.json",
+        "dx": tmp_path / "absent.json",
+    }
     result = figures.check_errors_figure(reports, tmp_path / "e.png")
     assert result.status == "written" and is_png(result.path)
     assert {"forward float32 max abs error", "mutant bfloat16 max rel error"} <= set(result.series)
@@ -109,8 +115,20 @@ def benchmark_records(timed=True):
         for mode in ("fwd", "fwd+bwd"):
             for impl in ("triton", "reference"):
                 us = 10.0 * (2 if impl == "reference" else 1) if timed else None
-                rows.append({"shape": shape, "M": m, "N": n, "dtype": "float16", "mode": mode, "impl": impl, "ok": True,
-                             "events_us": us, "bandwidth_tbps": (1.0 / us if timed else None), "max_abs": 0.0})
+                rows.append(
+                    {
+                        "shape": shape,
+                        "M": m,
+                        "N": n,
+                        "dtype": "float16",
+                        "mode": mode,
+                        "impl": impl,
+                        "ok": True,
+                        "events_us": us,
+                        "bandwidth_tbps": (1.0 / us if timed else None),
+                        "max_abs": 0.0,
+                    }
+                )
     return {"timed": timed, "device": "GPU", "ceiling_tbps": 4.0, "results": rows}
 
 
@@ -122,12 +140,15 @@ def test_benchmark_figure_from_benchmark_results(tmp_path):
     assert {"fwd bandwidth_tbps triton", "fwd+bwd events_us reference"} <= set(result.series)
 
 
-@pytest.mark.parametrize("content,status,words", [
-    (None, "skipped", "no "),
-    ("[1, 2", "failed", "not readable JSON"),
-    (json.dumps({"answer": 42}), "failed", "no list of result records"),
-    (json.dumps(benchmark_records(timed=False)), "skipped", "no timings"),
-])
+@pytest.mark.parametrize(
+    "content,status,words",
+    [
+        (None, "skipped", "no "),
+        ("[1, 2", "failed", "not readable JSON"),
+        (json.dumps({"answer": 42}), "failed", "no list of result records"),
+        (json.dumps(benchmark_records(timed=False)), "skipped", "no timings"),
+    ],
+)
 def test_benchmark_figure_reports_unusable_inputs(tmp_path, content, status, words):
     path = tmp_path / "benchmark.json"
     if content is not None:
@@ -140,9 +161,18 @@ def test_figures_command_with_every_input(tmp_path, runs_dir, capsys):
     outputs = tmp_path / "outputs"
     assert main(["check-gamma", "--quick", "--outputs", str(outputs)]) == 0
     (outputs / "benchmark.json").write_text(json.dumps(benchmark_records()))
-    (outputs / "benchmark-sweep.json").write_text(json.dumps(sweep_run([
-        sweep_row("large:bfloat16:65536x4096", impl, mode, gpu=us, pct=90.0 if impl == "triton" else None)
-        for impl, us in (("triton", 300.0), ("compile", 310.0)) for mode in ("fwd", "fwd+bwd")]) | {"kind": "benchmark-sweep"}))
+    (outputs / "benchmark-sweep.json").write_text(
+        json.dumps(
+            sweep_run(
+                [
+                    sweep_row("large:bfloat16:65536x4096", impl, mode, gpu=us, pct=90.0 if impl == "triton" else None)
+                    for impl, us in (("triton", 300.0), ("compile", 310.0))
+                    for mode in ("fwd", "fwd+bwd")
+                ]
+            )
+            | {"kind": "benchmark-sweep"}
+        )
+    )
     rc = main(["figures", "--outputs", str(outputs), "--runs", str(runs_dir)])
     out = capsys.readouterr().out
     assert rc == 0, out

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from rmsnorm_kernel import oracle, rmsnorm
+from rmsnorm_kernel.checks import mutants
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.tolerances import compare
-from rmsnorm_kernel.checks import mutants
 from rmsnorm_kernel.testing import make_inputs
 
 EPS = 1e-6
@@ -57,7 +57,9 @@ def test_row_of_257_ones_gives_1_411458_instead_of_0_9999995(device):
     x = torch.ones(1, 257, device=device)
     gamma = torch.ones(257, device=device)
     torch.testing.assert_close(rmsnorm(x, gamma, EPS).cpu(), torch.full((1, 257), 0.9999995), atol=1e-6, rtol=0)
-    torch.testing.assert_close(mutants.forward_block_mean(x, gamma, EPS).cpu(), torch.full((1, 257), 1.411458), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        mutants.forward_block_mean(x, gamma, EPS).cpu(), torch.full((1, 257), 1.411458), atol=1e-6, rtol=0
+    )
 
 
 def test_mutant_refuses_rows_that_take_the_looped_kernels(device):

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from rmsnorm_kernel import ContractError, rmsnorm
+from rmsnorm_kernel.checks import campaigns, negative
+from rmsnorm_kernel.checks.negative import KernelLaunched, Violation
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.reference import rmsnorm_reference
 from rmsnorm_kernel.ops.tolerances import compare
-from rmsnorm_kernel.checks import campaigns, negative
 from rmsnorm_kernel.testing import make_inputs
-from rmsnorm_kernel.checks.negative import KernelLaunched, Violation
 
 #: Enough for the mutant checks: N = 257 catches it, N = 256 hides it.
 MUTANT_SHAPES = [(17, 256), (17, 257)]
@@ -34,7 +34,10 @@ def test_every_violation_is_refused_before_any_launch_and_the_mutants_are_caught
         assert r.ok, (r.name, r.outcome)
     assert [r.name for r in results if r.kind == "contract"] == [v.name for v in negative.CONTRACT_VIOLATIONS]
     assert [r.name for r in results if r.kind == "control"] == ["valid_input_trips_the_wire"]
-    assert [r.name for r in results if r.kind == "mutant"] == ["forward with denominator BLOCK", "dx with denominator BLOCK"]
+    assert [r.name for r in results if r.kind == "mutant"] == [
+        "forward with denominator BLOCK",
+        "dx with denominator BLOCK",
+    ]
     failing = {(c.campaign, c.shape[-1]) for c in mutant_cases if not c.ok}
     assert {("forward", 257), ("dx", 257)} <= failing and not any(n == 256 for _, n in failing)
 
@@ -56,7 +59,9 @@ def test_an_accepted_input_listed_as_a_violation_fails_the_negative_check(device
 
 def test_an_x_without_rows_is_no_violation_but_rows_of_zero_elements_are(device):
     """Listed as a violation, an x without rows fails the negative check: it is accepted, with no launch."""
-    no_rows = Violation("x_without_rows", lambda d: (torch.randn(0, 8, device=d), torch.ones(8, device=d), 1e-6), r"anything")
+    no_rows = Violation(
+        "x_without_rows", lambda d: (torch.randn(0, 8, device=d), torch.ones(8, device=d), 1e-6), r"anything"
+    )
     results, _ = negative.negative_checks(violations=[no_rows], mutant_shapes=ONE_SHAPE, device=device)
     (case,) = [r for r in results if r.name == "x_without_rows"]
     assert not case.ok and case.outcome == "accepted (no error raised)"
@@ -64,7 +69,9 @@ def test_an_x_without_rows_is_no_violation_but_rows_of_zero_elements_are(device)
 
 
 def test_a_refusal_with_the_wrong_message_fails(device):
-    wrong = Violation("eps_zero", lambda d: (torch.randn(2, 8, device=d), torch.ones(8, device=d), 0.0), r"gamma has dtype")
+    wrong = Violation(
+        "eps_zero", lambda d: (torch.randn(2, 8, device=d), torch.ones(8, device=d), 0.0), r"gamma has dtype"
+    )
     results, _ = negative.negative_checks(violations=[wrong], mutant_shapes=ONE_SHAPE, device=device)
     assert not results[0].ok and "message does not match" in results[0].outcome
 

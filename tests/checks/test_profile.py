@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from rmsnorm_kernel.ops.reference import rmsnorm_reference
 from rmsnorm_kernel.checks import profile
+from rmsnorm_kernel.ops.reference import rmsnorm_reference
 
 PATHS = ("reference", "triton", "torch.compile(reference)")
 PHASES = ("forward", "forward+backward")

@@ -37,7 +37,9 @@ class Record:
 
 
 def test_report_is_json_with_the_common_keys_and_readable_non_finite_numbers(tmp_path):
-    path = report.write_report(tmp_path / "out", "check-x", False, {"cases": [Record((1, 2), math.nan)], "dtype": torch.float16})
+    path = report.write_report(
+        tmp_path / "out", "check-x", False, {"cases": [Record((1, 2), math.nan)], "dtype": torch.float16}
+    )
     assert path == tmp_path / "out" / "check-x.json"
     data = json.loads(path.read_text())
     assert {"command", "ok", "created", "backend", "device", "torch"} <= set(data)
@@ -51,5 +53,8 @@ def test_an_outputs_folder_is_created_and_test_written_before_any_work(tmp_path)
     assert nested.is_dir() and list(nested.iterdir()) == []  # the probe is gone
     (tmp_path / "file").write_text("kept")
     problem = report.outputs_problem(tmp_path / "file" / "x")
-    assert problem == f"--outputs {tmp_path}/file/x cannot be written (Not a directory); accepted: a folder this user can create and write"
+    assert (
+        problem
+        == f"--outputs {tmp_path}/file/x cannot be written (Not a directory); accepted: a folder this user can create and write"
+    )
     assert (tmp_path / "file").read_text() == "kept"

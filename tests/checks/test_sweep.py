@@ -9,17 +9,17 @@ import json
 import pytest
 import torch
 
-from rmsnorm_kernel.ops.backend import CUDA, backend
-from rmsnorm_kernel.ops.reference import manual_backward, oracle, rmsnorm_reference
 from rmsnorm_kernel.checks import benchmark as bm
 from rmsnorm_kernel.checks import figures
 from rmsnorm_kernel.checks import sweep as sw
 from rmsnorm_kernel.checks import sweep_measure as sm
 from rmsnorm_kernel.checks import sweep_report as sr
-from tests.helpers import DEVICE
-from rmsnorm_kernel.testing import make_inputs
 from rmsnorm_kernel.checks.mutants import forward_block_mean
+from rmsnorm_kernel.ops.backend import CUDA, backend
+from rmsnorm_kernel.ops.reference import manual_backward, oracle, rmsnorm_reference
+from rmsnorm_kernel.testing import make_inputs
 from tests.checks.helpers import run_cli, sweep_row, sweep_run
+from tests.helpers import DEVICE
 
 no_gpu_only = pytest.mark.skipif(backend() == CUDA, reason="what the command does without a GPU")
 
@@ -60,8 +60,13 @@ def test_each_regime_holds_its_bytes_in_x():
             assert abs(p.x_bytes - sw.REGIME_BYTES[p.regime]) <= row_bytes / 2, p.id
     by_id = {p.id: p for p in points}
     # written out: 512 MiB / (4096 * 2) = 65536 rows; 32 MiB / (1000 * 2) = 16777.216; 512 MiB / (24576 * 4) = 5461.33
-    assert {"large:bfloat16:65536x4096", "mid:bfloat16:16777x1000", "large:float32:5461x24576", "mid:float32:2048x4096",
-            "large:bfloat16:4096x65536"} <= set(by_id)
+    assert {
+        "large:bfloat16:65536x4096",
+        "mid:bfloat16:16777x1000",
+        "large:float32:5461x24576",
+        "mid:float32:2048x4096",
+        "large:bfloat16:4096x65536",
+    } <= set(by_id)
     assert sw.REGIME_BYTES == {"large": 512 * MiB, "mid": 32 * MiB}
 
 
@@ -71,9 +76,15 @@ def test_point_counts_outside_shapes_and_small_shapes():
     count = lambda **kw: sum(all(getattr(p, k) == v for k, v in kw.items()) for p in points)  # noqa: E731
     assert count(regime="large", origin="sweep") == count(regime="mid", origin="sweep") == 34 + 8 + 8
     outside = [(p.N, p.dtype, p.regime) for p in points if p.origin == "outside"]
-    assert outside == [(3000, "bfloat16", "large"), (6244, "bfloat16", "large"), (12295, "bfloat16", "large"),
-                       (24576, "bfloat16", "large"), (32768, "bfloat16", "large"), (65536, "bfloat16", "large"),
-                       (24576, "float32", "large")]
+    assert outside == [
+        (3000, "bfloat16", "large"),
+        (6244, "bfloat16", "large"),
+        (12295, "bfloat16", "large"),
+        (24576, "bfloat16", "large"),
+        (32768, "bfloat16", "large"),
+        (65536, "bfloat16", "large"),
+        (24576, "float32", "large"),
+    ]
     assert all(p.N not in sw.sweep_ns() or p.N > 16384 for p in points if p.origin == "outside")
     # the benchmark's small shapes stay; 4096x4096 float16 is the mid regime's own point
     assert [p.id for p in points if p.origin == "small"] == ["small:float32:128x257", "small:float32:32x257"]
@@ -94,8 +105,12 @@ def test_fit_split_is_the_even_multiples_of_512_within_the_sweep():
 def test_noise_points_are_sweep_points():
     points = sw.sweep_points()
     noise = sw.noise_points(points)
-    assert [p.id for p in noise] == ["large:bfloat16:65536x4096", "large:bfloat16:26844x10000", "mid:bfloat16:4096x4096",
-                                     "mid:bfloat16:16777x1000"]
+    assert [p.id for p in noise] == [
+        "large:bfloat16:65536x4096",
+        "large:bfloat16:26844x10000",
+        "mid:bfloat16:4096x4096",
+        "mid:bfloat16:16777x1000",
+    ]
     assert sw.noise_points(sw.sweep_points("tiny"), "tiny") == sw.sweep_points("tiny")[:1]
 
 
@@ -127,7 +142,9 @@ def test_the_estimate_counts_two_compiles_per_point():
     assert without["compiles"] == 0 and without["total_s"] < est["total_s"]
     # a reference call on 512 MiB takes longer than on 32 MiB
     large, mid = sw.Point("large", "sweep", 65536, 4096, "bfloat16"), sw.Point("mid", "sweep", 4096, 4096, "bfloat16")
-    assert sw.estimate_measurement_s(large, "reference", bm.FWD_BWD) > sw.estimate_measurement_s(mid, "reference", bm.FWD_BWD)
+    assert sw.estimate_measurement_s(large, "reference", bm.FWD_BWD) > sw.estimate_measurement_s(
+        mid, "reference", bm.FWD_BWD
+    )
 
 
 @pytest.mark.parametrize("parts", [1, 2, 3, 4])
@@ -260,12 +277,22 @@ def test_a_row_holds_both_times_its_bandwidth_and_its_share_of_the_ceiling(devic
     point = sw.Point("large", "sweep", 4, 1024, "bfloat16")  # a stand-in: only the regime's ceiling matters here
     inputs = make_inputs((4, 1024), torch.bfloat16, device)
     expected = sm.expected_outputs(*inputs, None)
-    row = sm.measure_row(point, bm.FWD, "reference", lambda x, g: rmsnorm_reference(x, g, bm.EPS), inputs, expected, None, FakeTimers())
+    row = sm.measure_row(
+        point, bm.FWD, "reference", lambda x, g: rmsnorm_reference(x, g, bm.EPS), inputs, expected, None, FakeTimers()
+    )
     nbytes = 2 * 4 * 1024 * 2 + 1024 * 2
     assert row.ok and row.bytes == nbytes and row.checked_rows == 4
-    assert row.whole_us == pytest.approx(200.0) and row.host_us == pytest.approx(50.0) and row.gpu_us == pytest.approx(100.0)
+    assert (
+        row.whole_us == pytest.approx(200.0)
+        and row.host_us == pytest.approx(50.0)
+        and row.gpu_us == pytest.approx(100.0)
+    )
     assert row.gpu_tbps == pytest.approx(nbytes / 1e-4 / 1e12) and row.whole_tbps == pytest.approx(nbytes / 2e-4 / 1e12)
-    ceilings = [dict(regime="large", gpu_tbps=2e-7), dict(regime="large", gpu_tbps=4e-7), dict(regime="mid", gpu_tbps=1.0)]
+    ceilings = [
+        dict(regime="large", gpu_tbps=2e-7),
+        dict(regime="large", gpu_tbps=4e-7),
+        dict(regime="mid", gpu_tbps=1.0),
+    ]
     sm.apply_ceilings([row], ceilings)  # the larger of the regime's two measurements
     assert row.ceiling_tbps == 4e-7 and row.pct_of_ceiling == pytest.approx(100 * nbytes / 1e-4 / 1e12 / 4e-7)
 
@@ -275,9 +302,13 @@ def test_a_wrong_implementation_fails_its_check_and_is_not_timed(device):
     inputs = make_inputs((5, 257), torch.float32, device)
     expected = sm.expected_outputs(*inputs, None)
     timers = FakeTimers()
-    row = sm.measure_row(point, bm.FWD, "wrong", lambda x, g: forward_block_mean(x, g, bm.EPS), inputs, expected, None, timers)
+    row = sm.measure_row(
+        point, bm.FWD, "wrong", lambda x, g: forward_block_mean(x, g, bm.EPS), inputs, expected, None, timers
+    )
     assert not row.ok and "y outside tolerance" in row.detail and row.gpu_us is None and timers.verified == []
-    row = sm.measure_row(point, bm.FWD_BWD, "wrong", lambda x, g: forward_block_mean(x, g, bm.EPS), inputs, expected, None, timers)
+    row = sm.measure_row(
+        point, bm.FWD_BWD, "wrong", lambda x, g: forward_block_mean(x, g, bm.EPS), inputs, expected, None, timers
+    )
     assert not row.ok and row.detail.startswith("raised")
 
 
@@ -299,7 +330,11 @@ def test_gpu_time_falls_back_to_the_profiler_and_says_why(monkeypatch, outcome):
         assert (seconds, method, note, restored) == (1e-4, sm.GRAPH, "", [])
     else:  # the profiler times the call, on inputs put back first
         assert (seconds, method, restored) == (2e-4, sm.PROFILER, [1])
-        words = "replay is wrong (dx outside tolerance)" if outcome == "wrong replay" else "no CUDA graph (RuntimeError: operation not"
+        words = (
+            "replay is wrong (dx outside tolerance)"
+            if outcome == "wrong replay"
+            else "no CUDA graph (RuntimeError: operation not"
+        )
         assert words in note and note.endswith("timed from the profiler")
 
 
@@ -323,8 +358,17 @@ def test_a_run_stops_before_a_point_that_would_pass_its_deadline_and_says_what_i
     impls = ["triton", "reference", "F.rms_norm"]
     est = sw.estimate_point_s(points[0], impls, timed=False)
     rows, ceilings, remaining = sw.run_part(
-        points[:2], points[:1], impls, device, sm.NoTimers(), write=lambda *a: writes.append(a), deadline_s=3 + est - 0.5,
-        impl_factory=clock.factory, log=lines.append, clock=clock)
+        points[:2],
+        points[:1],
+        impls,
+        device,
+        sm.NoTimers(),
+        write=lambda *a: writes.append(a),
+        deadline_s=3 + est - 0.5,
+        impl_factory=clock.factory,
+        log=lines.append,
+        clock=clock,
+    )
     # the first point starts at 0 and ends at 3 s; the second would end past 3 + est - 0.5
     assert {r.point for r in rows} == {points[0].id} and remaining == [points[1]]
     assert len(rows) == 6 and all(r.ok and r.gpu_us is None for r in rows) and ceilings == []
@@ -378,7 +422,12 @@ def test_a_file_that_is_not_a_run_is_refused(tmp_path):
 # --------------------------------------------------------------------------------------------------
 # Worst ratios, noise and targets from hand-written rows
 
-A, B, C, D = "large:bfloat16:131072x2048", "large:bfloat16:65536x4096", "large:bfloat16:174763x1536", "large:bfloat16:8192x32768"
+A, B, C, D = (
+    "large:bfloat16:131072x2048",
+    "large:bfloat16:65536x4096",
+    "large:bfloat16:174763x1536",
+    "large:bfloat16:8192x32768",
+)
 FWD, FWD_BWD = bm.FWD, bm.FWD_BWD
 
 
@@ -424,31 +473,59 @@ def synthetic_merged():
 def test_worst_ratio_table_from_hand_written_rows():
     s = sr.summarize(synthetic_merged())
     table = {(e["regime"], e["group"], e["mode"]): e for e in s["worst"]}
-    assert list(table) == [("large", "fit", FWD), ("large", "fit", FWD_BWD), ("large", "report", FWD),
-                           ("large", "report", FWD_BWD), ("large", "outside", FWD), ("large", "outside", FWD_BWD)]
+    assert list(table) == [
+        ("large", "fit", FWD),
+        ("large", "fit", FWD_BWD),
+        ("large", "report", FWD),
+        ("large", "report", FWD_BWD),
+        ("large", "outside", FWD),
+        ("large", "outside", FWD_BWD),
+    ]
     e = table[("large", "fit", FWD)]  # A: 250 / 270; B: 270 / 260. Whole: A 300 / 280, B 280 / 265
     assert e["points"] == 2
-    assert e["worst_vs_peer_gpu"] == pytest.approx(0.9259, abs=1e-4) and e["worst_vs_peer_gpu_at"] == "bfloat16 131072x2048, compile"
-    assert e["worst_vs_peer_whole"] == pytest.approx(1.0566, abs=1e-4) and e["worst_vs_peer_whole_at"] == "bfloat16 65536x4096, compile"
+    assert (
+        e["worst_vs_peer_gpu"] == pytest.approx(0.9259, abs=1e-4)
+        and e["worst_vs_peer_gpu_at"] == "bfloat16 131072x2048, compile"
+    )
+    assert (
+        e["worst_vs_peer_whole"] == pytest.approx(1.0566, abs=1e-4)
+        and e["worst_vs_peer_whole_at"] == "bfloat16 65536x4096, compile"
+    )
     assert e["worst_pct"] == 90.0 and e["worst_pct_at"] == "bfloat16 131072x2048" and e["median_pct"] == 93.0
     e = table[("large", "fit", FWD_BWD)]  # A: 750 / 700; B: 700 / 650. Whole: A 800 / 720, B 710 / 660
-    assert e["worst_vs_peer_gpu"] == pytest.approx(1.0714, abs=1e-4) and e["worst_vs_peer_whole"] == pytest.approx(1.0758, abs=1e-4)
+    assert e["worst_vs_peer_gpu"] == pytest.approx(1.0714, abs=1e-4) and e["worst_vs_peer_whole"] == pytest.approx(
+        1.0758, abs=1e-4
+    )
     assert e["worst_pct"] == 86.0 and e["median_pct"] == 87.0
     e = table[("large", "report", FWD_BWD)]  # liger failed its check: F.rms_norm is the fastest peer, 904 / 800
-    assert e["worst_vs_peer_gpu"] == pytest.approx(1.13) and e["worst_vs_peer_gpu_at"] == "bfloat16 174763x1536, F.rms_norm"
+    assert (
+        e["worst_vs_peer_gpu"] == pytest.approx(1.13)
+        and e["worst_vs_peer_gpu_at"] == "bfloat16 174763x1536, F.rms_norm"
+    )
     e = table[("large", "outside", FWD_BWD)]  # D: 690 / 700
     assert e["worst_vs_peer_gpu"] == pytest.approx(0.9857, abs=1e-4) and e["worst_pct"] == 80.0
     md = sr.markdown(synthetic_merged(), s)
-    assert ("| large | fit | fwd | 2 | 0.93 | bfloat16 131072x2048, compile | 1.06 | bfloat16 65536x4096, compile | 90% "
-            "| bfloat16 131072x2048 | 93% |") in md
+    assert (
+        "| large | fit | fwd | 2 | 0.93 | bfloat16 131072x2048, compile | 1.06 | bfloat16 65536x4096, compile | 90% "
+        "| bfloat16 131072x2048 | 93% |"
+    ) in md
     assert "| large | report | fwd+bwd | 1 | 1.13 | bfloat16 174763x1536, F.rms_norm | 1.12 |" in md
 
 
 def test_the_merge_takes_each_runs_fastest_copy_as_its_ceiling():
     # a copy captured in a CUDA graph ran at 2.68 TB/s (the copy engines), the copy kernel at 4.1: a row of
     # 2.05 TB/s is at 50% of the ceiling, not 76%
-    ceiling = dict(regime="large", when="start", bytes=2 << 29, whole_us=262.0, gpu_us=400.6, gpu_method="cuda-graph",
-                   gpu_note="", whole_tbps=4.1, gpu_tbps=2.68)
+    ceiling = dict(
+        regime="large",
+        when="start",
+        bytes=2 << 29,
+        whole_us=262.0,
+        gpu_us=400.6,
+        gpu_method="cuda-graph",
+        gpu_note="",
+        whole_tbps=4.1,
+        gpu_tbps=2.68,
+    )
     row = sweep_row(A, "triton", FWD, gpu=262, whole=270, host=30, pct=76.0)
     row["gpu_tbps"] = 2.05
     (merged_row,) = sr.merge([dict(sweep_run([row], ceilings=[ceiling]), file="p.json")])["rows"]
@@ -470,10 +547,15 @@ def test_noise_is_the_spread_of_points_measured_twice():
 def test_targets_and_their_misses_from_hand_written_rows():
     targets = sr.summarize(synthetic_merged())["targets"]
     assert [t["target"].split(":")[0] for t in targets] == ["large regime, N 2048-16384, every dtype"] * 2 + [
-        "every sweep point, both regimes", "shapes outside the sweep (between its points and N > 16384)",
-        "host time per call at most 1.5x F.rms_norm's (whole call, issue 9)", "the Triton path is right at every point (float64 oracle)"]
+        "every sweep point, both regimes",
+        "shapes outside the sweep (between its points and N > 16384)",
+        "host time per call at most 1.5x F.rms_norm's (whole call, issue 9)",
+        "the Triton path is right at every point (float64 oracle)",
+    ]
     fwd, fwd_bwd = targets[0], targets[1]
-    assert (fwd["checked"], fwd["met"]) == (2, 1) and [m["point"] for m in fwd["misses"]] == [A]  # 90% < 92%; C's N is 1536
+    assert (fwd["checked"], fwd["met"]) == (2, 1) and [m["point"] for m in fwd["misses"]] == [
+        A
+    ]  # 90% < 92%; C's N is 1536
     assert (fwd_bwd["checked"], fwd_bwd["met"]) == (2, 2)  # 86% and 88% >= 85%
     peers, outside, host, right = targets[2], targets[3], targets[4], targets[5]
     # A fwd 0.93 and C fwd 0.97 are slower than a peer, but within the stated noise of 10%
@@ -501,7 +583,9 @@ def test_the_sweep_figure_draws_every_panel(tmp_path):
     assert {"fwd large/sweep triton bfloat16", "fwd+bwd large/outside compile bfloat16"} <= set(result.series)
     assert "liger" not in " ".join(s for s in result.series if "fwd+bwd" in s)  # its failed row has no point
     untimed = tmp_path / "untimed.json"
-    untimed.write_text(json.dumps(sweep_run(_tiny_rows(sw.sweep_points("tiny")[0].id), shapes="tiny") | {"kind": "benchmark-sweep"}))
+    untimed.write_text(
+        json.dumps(sweep_run(_tiny_rows(sw.sweep_points("tiny")[0].id), shapes="tiny") | {"kind": "benchmark-sweep"})
+    )
     assert figures.sweep_figure(untimed, tmp_path / "u.png").status == "skipped"
     assert figures.sweep_figure(tmp_path / "absent.json", tmp_path / "a.png").status == "skipped"
 
@@ -552,8 +636,12 @@ def test_tiny_sweep_in_two_parts_then_merged(tmp_path, capsys):
 def test_skip_done_runs_only_what_an_earlier_run_left(tmp_path, capsys):
     ids = [p.id for p in sw.sweep_points("tiny")]
     earlier = tmp_path / "earlier.json"
-    earlier.write_text(json.dumps(sweep_run(_tiny_rows(ids[0]) + _tiny_rows(ids[1]) + _tiny_rows(ids[2], repeat=1), shapes="tiny")))
-    rc, out, _ = run_cli(capsys, "benchmark-sweep", "--shapes", "tiny", "--skip-done", earlier, "--no-noise", "--outputs", tmp_path)
+    earlier.write_text(
+        json.dumps(sweep_run(_tiny_rows(ids[0]) + _tiny_rows(ids[1]) + _tiny_rows(ids[2], repeat=1), shapes="tiny"))
+    )
+    rc, out, _ = run_cli(
+        capsys, "benchmark-sweep", "--shapes", "tiny", "--skip-done", earlier, "--no-noise", "--outputs", tmp_path
+    )
     assert rc == 0, out
     data = json.loads((tmp_path / "benchmark-sweep.part1of1.after2.json").read_text())
     assert data["skipped_done"] == 2 and sorted({r["point"] for r in data["rows"]}) == sorted(ids[2:])
@@ -575,8 +663,17 @@ def test_a_signal_stops_the_sweep_after_the_point_in_progress_and_keeps_what_it_
         return bm.make_impl(name, device)
 
     with sw.stop_on_signal() as stop:
-        rows, _, remaining = sw.run_part(points, [], ["triton"], DEVICE, sm.NoTimers(), write=lambda *a: written.append(a),
-                                         impl_factory=factory, log=lambda line: None, stop=stop)
+        rows, _, remaining = sw.run_part(
+            points,
+            [],
+            ["triton"],
+            DEVICE,
+            sm.NoTimers(),
+            write=lambda *a: written.append(a),
+            impl_factory=factory,
+            log=lambda line: None,
+            stop=stop,
+        )
     assert stop() == "SIGINT"  # no KeyboardInterrupt inside the first point: it ended, and was written
     assert {r.point for r in rows} == {points[0].id} and all(r.ok for r in rows)
     assert remaining == points[1:] and len(written) == 2  # after the point, and the final write
@@ -590,6 +687,9 @@ def test_running_a_part_again_keeps_the_earlier_runs_file_out_of_the_merge(tmp_p
         path.write_text(run)
         sw.keep_previous(path)
     assert not path.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["benchmark-sweep.part1of2.json.prev1", "benchmark-sweep.part1of2.json.prev2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "benchmark-sweep.part1of2.json.prev1",
+        "benchmark-sweep.part1of2.json.prev2",
+    ]
     assert [p.read_text() for p in sorted(tmp_path.iterdir())] == ["first", "second"]
     assert sorted(tmp_path.glob("benchmark-sweep.part*.json")) == []  # what --merge reads by default

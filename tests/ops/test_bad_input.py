@@ -9,7 +9,6 @@ import torch
 from rmsnorm_kernel import ContractError, RMSNorm, call_counts, rmsnorm, rmsnorm_reference
 from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.tolerances import compare
-
 from rmsnorm_kernel.testing import make_inputs
 
 

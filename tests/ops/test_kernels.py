@@ -12,11 +12,27 @@ from rmsnorm_kernel.testing import make_inputs
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # Whole rows: N of 1, around a power of two, and past one; M of 1, 17 (not a tile multiple) and 128.
-SHAPES = [(1, 1), (17, 7), (128, 255), (17, 256), (1, 257), (128, 257), (17, 1000), (17, 4096), (2, 5, 257), (3, 4, 1, 64)]
+SHAPES = [
+    (1, 1),
+    (17, 7),
+    (128, 255),
+    (17, 256),
+    (1, 257),
+    (128, 257),
+    (17, 1000),
+    (17, 4096),
+    (2, 5, 257),
+    (3, 4, 1, 64),
+]
 # Rows walked in chunks by the forward (launch.py, rule 1b): N a multiple of the chunk, and not.
 CHUNKED_SHAPES = [(5, 3072), (17, 3000)]
 # Rows longer than launch.ROW_LIMIT take the looped kernels; N = 65536 is the contract's limit.
-LONG_CASES = [((3, 8193), torch.float32), ((2, 20000), torch.float32), ((2, 20000), torch.bfloat16), ((3, 65536), torch.bfloat16)]
+LONG_CASES = [
+    ((3, 8193), torch.float32),
+    ((2, 20000), torch.float32),
+    ((2, 20000), torch.bfloat16),
+    ((3, 65536), torch.bfloat16),
+]
 
 
 def triton_grads(x, gamma, dy):
@@ -77,7 +93,9 @@ def test_triton_matches_hand_worked_numbers(device):
 
 @pytest.mark.parametrize("shape", [(128, 1000), (40, 4096), (9, 9000)], ids=str)
 def test_backward_with_dgamma_partials_is_bitwise_deterministic(shape, device):
-    assert launch.plan(shape[0], shape[1], launch.gpu_limits(None)).partial_rows >= 1  # the two-pass dgamma reduction runs
+    assert (
+        launch.plan(shape[0], shape[1], launch.gpu_limits(None)).partial_rows >= 1
+    )  # the two-pass dgamma reduction runs
     x, gamma, dy = make_inputs(shape, torch.float32, device)
     first, second = triton_grads(x, gamma, dy), triton_grads(x, gamma, dy)
     for a, b in zip(first, second):
@@ -182,7 +200,9 @@ def test_kernels_are_told_the_vector_width_every_row_of_x_and_dy_allows(device, 
         assert compare(got, want).ok
 
 
-@pytest.mark.parametrize("shape, dtype", [((6, 8), torch.float32), ((6, 1000), torch.bfloat16), ((6, 3000), torch.bfloat16)], ids=str)
+@pytest.mark.parametrize(
+    "shape, dtype", [((6, 8), torch.float32), ((6, 1000), torch.bfloat16), ((6, 3000), torch.bfloat16)], ids=str
+)
 def test_a_saved_x_handed_back_in_another_layout_is_read_at_its_own_vector_width(shape, dtype, device):
     """Saved-tensor hooks (offloading, compression) may give the backward x at another row stride than
     the forward planned for: here 1 element wider, so no vector of 2 or more fits. The backward must take

@@ -72,8 +72,15 @@ def test_looped_forward_chunks_follow_rule_1c(n, expected):
 def test_aligned_rows_take_the_forward_their_length_calls_for(n, x_bytes, kind):
     p = launch.plan(1000, n, H200, None, x_bytes, x_bytes)
     block_n = launch.triton.next_power_of_2(n)
-    got = ("whole" if not p.fwd_two_pass else "one chunk" if p.block_n == n == block_n and n * x_bytes == 16384
-           else "quarter rows" if (p.block_n, p.fwd_warps) == launch.looped_forward_chunk(block_n) else "chunked")
+    got = (
+        "whole"
+        if not p.fwd_two_pass
+        else "one chunk"
+        if p.block_n == n == block_n and n * x_bytes == 16384
+        else "quarter rows"
+        if (p.block_n, p.fwd_warps) == launch.looped_forward_chunk(block_n)
+        else "chunked"
+    )
     assert got == kind, p
     assert p.looped == (n > launch.ROW_LIMIT)
     if p.fwd_two_pass:
@@ -128,7 +135,9 @@ def test_pipeline_stages_shrink_to_fit_the_gpu_s_shared_memory(x_bytes, gamma_by
                 p = launch.plan(rows, n, gpu, vec, x_bytes, gamma_bytes)
                 fwd = p.fwd_block_m * p.block_n * x_bytes
                 if p.looped:
-                    bwd = max(launch.STATS_BLOCK_N * (2 * x_bytes + gamma_bytes), 2 * p.bwd_block_m * p.bwd_block_n * x_bytes)
+                    bwd = max(
+                        launch.STATS_BLOCK_N * (2 * x_bytes + gamma_bytes), 2 * p.bwd_block_m * p.bwd_block_n * x_bytes
+                    )
                 else:
                     bwd = 2 * p.bwd_block_m * p.bwd_block_n * x_bytes
                 assert (p.fwd_stages - 1) * fwd <= usable and (p.bwd_stages - 1) * bwd <= usable, (rows, n, vec, p)

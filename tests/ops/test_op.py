@@ -7,12 +7,18 @@ from torch import nn
 
 import rmsnorm_kernel
 from rmsnorm_kernel import RMSNorm, call_counts, reset_call_counts, rmsnorm, rmsnorm_reference
+from rmsnorm_kernel.checks.negative import kernel_launches_forbidden
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.ops.tolerances import compare
 from rmsnorm_kernel.testing import make_inputs
-from rmsnorm_kernel.checks.negative import kernel_launches_forbidden
-from tests.ops.helpers import NO_ROWS, NO_ROWS_DTYPES, assert_empty_y_empty_dx_zero_dgamma, dtype_pair_id, leaves_without_rows
+from tests.ops.helpers import (
+    NO_ROWS,
+    NO_ROWS_DTYPES,
+    assert_empty_y_empty_dx_zero_dgamma,
+    dtype_pair_id,
+    leaves_without_rows,
+)
 
 
 @pytest.mark.parametrize(

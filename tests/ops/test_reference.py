@@ -60,7 +60,6 @@ def test_reference_computes_half_inputs_in_float32_and_returns_their_dtype():
     assert compare(y, torch.ones(1, 4, dtype=torch.float16)).ok
 
 
-
 def test_oracle_gives_hand_worked_y_dx_dgamma_in_the_inputs_dtypes():
     x, gamma, dy = torch.tensor([[3.0, 4.0]]), torch.tensor([1.0, 1.0]), torch.tensor([[1.0, 2.0]])
     y, dx, dgamma = oracle(x, gamma, dy)

@@ -11,12 +11,12 @@ import contextlib
 
 import torch
 
+from rmsnorm_kernel.checks import mutants
 from rmsnorm_kernel.training import cli
 from rmsnorm_kernel.training.checkpoints import read_checkpoint
 from rmsnorm_kernel.training.events import read_scalars
 from rmsnorm_kernel.training.model import NETWORK_KEYS, build_network
 from rmsnorm_kernel.training.run import RunResult, run
-from rmsnorm_kernel.checks import mutants
 from tests.helpers import DEVICE, QUIET, compose_cfg
 
 SCHEDULE = [
@@ -41,7 +41,10 @@ def tiny_cfg(root, *overrides):
 def torch_flags_kept():
     # Lightning's deterministic=True switches torch's deterministic algorithms on for the whole process;
     # the other tests of this process must not inherit that.
-    enabled, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    enabled, warn_only = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
     try:
         yield
     finally:

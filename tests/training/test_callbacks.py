@@ -86,8 +86,11 @@ def test_a_wrong_kernel_along_the_run_stops_it_naming_the_step(monkeypatch):
     module, batch = module_and_batch()
     before = {k: v.clone() for k, v in module.state_dict().items()}
     trainer = trainer_at(50)
-    with pytest.raises(ParityError, match=r"^parity at step 50: the triton and reference paths differ by .* times the "
-                       r"float32 tolerance \(atol 1e-05, rtol 0.0001\), before that step changed any weight$"):
+    with pytest.raises(
+        ParityError,
+        match=r"^parity at step 50: the triton and reference paths differ by .* times the "
+        r"float32 tolerance \(atol 1e-05, rtol 0.0001\), before that step changed any weight$",
+    ):
         Parity(every_n_steps=25).on_train_batch_start(trainer, module, batch, 0)
     assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
     assert trainer.logger.logged[0][0] == 50  # the curve has the bad point before the run stops
@@ -143,7 +146,10 @@ def test_a_refused_shape_is_skipped_with_the_contract_reason_and_not_checked_aga
     module, batch = module_and_batch()
     for step in (0, 1, 2):
         parity.on_train_batch_start(trainer_at(step, logger=False), module, batch, 0)
-    assert parity.skipped == "the Triton contract refuses this shape (rmsnorm (triton): x has rows of N = 70000 elements; accepted: N <= 65536)"
+    assert (
+        parity.skipped
+        == "the Triton contract refuses this shape (rmsnorm (triton): x has rows of N = 70000 elements; accepted: N <= 65536)"
+    )
     assert parity.checked_steps == [] and parity.ok  # nothing was compared: no check to report
 
 
@@ -186,9 +192,12 @@ def test_on_a_signal_last_ckpt_is_named_in_process_0s_folder(tmp_path):
     from rmsnorm_kernel.training.callbacks import SaveOnSignal
 
     saved = []
-    trainer = SimpleNamespace(received_sigterm=True, global_step=7,
-                              checkpoint_callback=SimpleNamespace(dirpath=str(tmp_path / "version_0")),
-                              save_checkpoint=lambda path, weights_only: saved.append(path))
+    trainer = SimpleNamespace(
+        received_sigterm=True,
+        global_step=7,
+        checkpoint_callback=SimpleNamespace(dirpath=str(tmp_path / "version_0")),
+        save_checkpoint=lambda path, weights_only: saved.append(path),
+    )
     on_signal = SaveOnSignal(tmp_path / "version_1")
     on_signal.on_exception(trainer, None, RuntimeError())
     assert saved == [tmp_path / "version_0" / "last.ckpt"] and (on_signal.saved, on_signal.step) == (saved[0], 7)

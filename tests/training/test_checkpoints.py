@@ -14,8 +14,13 @@ from rmsnorm_kernel.training.checkpoints import (
     remove_stale_temporaries,
 )
 
-FULL = {"state_dict": {"w": torch.arange(6.0)}, "hyper_parameters": {"hidden_dim": 8, "norm_impl": "triton"},
-        "optimizer_states": [], "loops": {}, "global_step": 3}
+FULL = {
+    "state_dict": {"w": torch.arange(6.0)},
+    "hyper_parameters": {"hidden_dim": 8, "norm_impl": "triton"},
+    "optimizer_states": [],
+    "loops": {},
+    "global_step": 3,
+}
 
 
 def test_atomic_save_interrupted_mid_write_keeps_the_previous_file(tmp_path, monkeypatch):
@@ -66,11 +71,15 @@ def test_a_flipped_tensor_byte_fails_the_crc_check_that_torch_load_skips(tmp_pat
         info = next(i for i in z.infolist() if "/data/" in i.filename)
     data = bytearray(path.read_bytes())
     # the record's bytes follow its local header: 30 bytes, then its name and extra field (lengths at 26, 28)
-    name_len, extra_len = (int.from_bytes(data[info.header_offset + o : info.header_offset + o + 2], "little") for o in (26, 28))
+    name_len, extra_len = (
+        int.from_bytes(data[info.header_offset + o : info.header_offset + o + 2], "little") for o in (26, 28)
+    )
     data[info.header_offset + 30 + name_len + extra_len] ^= 0x01  # the first byte of the tensor
     path.write_bytes(bytes(data))
     torch.load(path, weights_only=True)  # loads: the damage would go unnoticed without the CRC check
-    with pytest.raises(CheckpointError, match=f"checkpoint {path} is corrupted \\(record .*/data/.* fails its CRC-32 check\\)"):
+    with pytest.raises(
+        CheckpointError, match=f"checkpoint {path} is corrupted \\(record .*/data/.* fails its CRC-32 check\\)"
+    ):
         read_checkpoint(path)
 
 

@@ -86,7 +86,9 @@ def test_a_shape_the_contract_refuses_exits_1_with_the_contract_message_and_the_
     code, line = exits(tmp_path, capsys, f"model.hidden_dim={MAX_N + 1}", "trainer.max_steps=3")
     assert code == 1
     assert line.startswith("train.py: training stopped: rmsnorm (triton): x has rows of")
-    assert f"accepted: N <= {MAX_N}" in line and line.endswith("(norm.fallback=reference sends such inputs to the reference)")
+    assert f"accepted: N <= {MAX_N}" in line and line.endswith(
+        "(norm.fallback=reference sends such inputs to the reference)"
+    )
 
 
 def test_a_failed_check_exits_1_with_its_line(tmp_path, capsys, monkeypatch):
@@ -117,7 +119,12 @@ MUTANT = (
 @pytest.mark.parametrize(
     "overrides,prelude,code,last_line",
     [
-        (["trainer.max_steps=-5"], None, 2, "train.py: configuration error: trainer.max_steps is -5; accepted: an integer >= 1"),
+        (
+            ["trainer.max_steps=-5"],
+            None,
+            2,
+            "train.py: configuration error: trainer.max_steps is -5; accepted: an integer >= 1",
+        ),
         (["ckpt_path=gone.ckpt"], None, 2, "train.py: checkpoint error: checkpoint {tmp}/gone.ckpt does not exist"),
         ([f"model.hidden_dim={MAX_N + 1}"], None, 1, "train.py: training stopped: rmsnorm (triton): x has rows of"),
         (["model.lr=1e30", "trainer.max_steps=20"], None, 1, "train.py: training stopped: train/mse is "),
@@ -152,7 +159,10 @@ def test_an_output_folder_under_a_regular_file_exits_2_naming_it_and_leaves_noth
     blocker.write_text("a user's file\n")
     folder = blocker / "sub" / key
     code, line = exits(tmp_path, capsys, f"paths.{key}={folder}")
-    assert (code, line) == (2, f"train.py: path error: paths.{key}: cannot create {folder}: {blocker} is a regular file, not a folder")
+    assert (code, line) == (
+        2,
+        f"train.py: path error: paths.{key}: cannot create {folder}: {blocker} is a regular file, not a folder",
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"] and blocker.read_text() == "a user's file\n"
 
 
@@ -168,7 +178,10 @@ def test_an_output_folder_that_cannot_be_written_exits_2_naming_it_and_leaves_no
 
     monkeypatch.setattr(paths, "open", refusing_open, raising=False)
     code, line = exits(tmp_path, capsys)
-    assert (code, line) == (2, f"train.py: path error: paths.checkpoints: cannot write to {tmp_path}/checkpoints: Permission denied")
+    assert (code, line) == (
+        2,
+        f"train.py: path error: paths.checkpoints: cannot write to {tmp_path}/checkpoints: Permission denied",
+    )
     assert list(tmp_path.iterdir()) == []  # neither runs/ nor checkpoints/ is left
 
 

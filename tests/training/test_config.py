@@ -76,7 +76,10 @@ def test_unknown_key_is_refused():
         ("data.noise=-0.1", r"data.noise is -0.1; accepted: a number >= 0"),
         ("norm.fallback=triton", r"norm.fallback is 'triton'; accepted: null or reference"),
         ("trainer.precision=fp8", r"trainer.precision is 'fp8'"),
-        ("parity.every_n_steps=-1", r"parity.every_n_steps is -1; accepted: an integer >= 0 \(0: only the initial check\)"),
+        (
+            "parity.every_n_steps=-1",
+            r"parity.every_n_steps is -1; accepted: an integer >= 0 \(0: only the initial check\)",
+        ),
         ("trainer.log_every_n_steps=0", r"trainer.log_every_n_steps is 0; accepted: an integer >= 1"),
         ("trainer.num_nodes=0", r"trainer.num_nodes is 0; accepted: an integer >= 1"),
     ],

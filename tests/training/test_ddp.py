@@ -18,13 +18,21 @@ from tests.helpers import train_process
 from .helpers import checkpoint_of, rerun_recorded_outputs, train
 
 STEPS = 16
-SCHEDULE = [f"trainer.max_steps={STEPS}", "trainer.val_check_interval=8", "checkpoint.every_n_steps=8",
-            "data.train_size=512", "data.val_size=64", "data.test_size=64"]
+SCHEDULE = [
+    f"trainer.max_steps={STEPS}",
+    "trainer.val_check_interval=8",
+    "checkpoint.every_n_steps=8",
+    "data.train_size=512",
+    "data.val_size=64",
+    "data.test_size=64",
+]
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 DDP = ["trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=gpu" if GPUS else "trainer.accelerator=cpu"]
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(GPUS == 1, reason="DDP needs 2 processes on one kind of device: 2 GPUs here, or the CPU (no CUDA at all)"),
+    pytest.mark.skipif(
+        GPUS == 1, reason="DDP needs 2 processes on one kind of device: 2 GPUs here, or the CPU (no CUDA at all)"
+    ),
 ]
 
 
@@ -86,7 +94,12 @@ def test_ddp_checkpoint_is_written_once_and_reloads_in_one_process(runs, impl):
     d, _ = runs["ddp", impl]
     ckpt_dirs = list((d / "checkpoints").glob("*/version_*"))
     assert len(ckpt_dirs) == 1
-    assert sorted(p.name for p in ckpt_dirs[0].iterdir()) == ["final.ckpt", "last.ckpt", "step00008.ckpt", "step00016.ckpt"]
+    assert sorted(p.name for p in ckpt_dirs[0].iterdir()) == [
+        "final.ckpt",
+        "last.ckpt",
+        "step00008.ckpt",
+        "step00016.ckpt",
+    ]
     # one process, where the kernels run: the outputs the DDP run recorded, bit for bit
     now, recorded = rerun_recorded_outputs(final(runs, "ddp", impl))
     assert torch.equal(now, recorded)
@@ -104,8 +117,15 @@ def mse_in_one_process(ckpt, split):
 
 
 # 4 steps of a global batch of 48 rows; evaluation splits that 2 and 3 processes cannot split evenly
-EXACT = ["norm=reference", "trainer.max_steps=4", "trainer.val_check_interval=4", "checkpoint.every_n_steps=4",
-         "data.train_size=480", "data.val_size=50", "data.test_size=67"]
+EXACT = [
+    "norm=reference",
+    "trainer.max_steps=4",
+    "trainer.val_check_interval=4",
+    "checkpoint.every_n_steps=4",
+    "data.train_size=480",
+    "data.val_size=50",
+    "data.test_size=67",
+]
 
 
 @pytest.mark.skipif(GPUS > 0, reason="the 3-process run is on the CPU")
@@ -123,8 +143,16 @@ def test_val_and_test_mse_are_exact_with_1_2_and_3_processes(tmp_path):
         if n == 1:
             assert train(d, *EXACT, *batch).ok
         else:
-            proc = train_process(d, *EXACT, *batch, "trainer.strategy=ddp", f"trainer.devices={n}",
-                                 "trainer.accelerator=cpu", "paths.runs=runs", "paths.checkpoints=checkpoints")
+            proc = train_process(
+                d,
+                *EXACT,
+                *batch,
+                "trainer.strategy=ddp",
+                f"trainer.devices={n}",
+                "trainer.accelerator=cpu",
+                "paths.runs=runs",
+                "paths.checkpoints=checkpoints",
+            )
             assert proc.returncode == 0, proc.stderr[-3000:]
         final_ckpt = read_checkpoint(checkpoint_of(d, "reference"))
         (log_dir,) = (d / "runs").glob("*/version_*")
@@ -133,7 +161,10 @@ def test_val_and_test_mse_are_exact_with_1_2_and_3_processes(tmp_path):
         # the last step, on the final weights): not that of a padded split
         for tag, split in (("test/mse", test), ("val/mse", val)):
             value = s[tag][-1][1]
-            assert math.isclose(value, mse_in_one_process(final_ckpt, split), rel_tol=tol.rtol, abs_tol=tol.atol), (n, tag)
+            assert math.isclose(value, mse_in_one_process(final_ckpt, split), rel_tol=tol.rtol, abs_tol=tol.atol), (
+                n,
+                tag,
+            )
         logged[n] = s["test/mse"][-1][1]
     assert math.isclose(logged[1], logged[2], rel_tol=tol.rtol, abs_tol=tol.atol)
     assert math.isclose(logged[1], logged[3], rel_tol=tol.rtol, abs_tol=tol.atol)

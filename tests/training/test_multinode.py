@@ -33,14 +33,27 @@ from .helpers import checkpoint_of, train
 NODES = 2
 STEPS = 16
 IMPL = "triton"
-SCHEDULE = [f"norm={IMPL}", f"trainer.max_steps={STEPS}", "trainer.val_check_interval=8", "checkpoint.every_n_steps=8",
-            "data.train_size=512", "data.val_size=64", "data.test_size=64"]
+SCHEDULE = [
+    f"norm={IMPL}",
+    f"trainer.max_steps={STEPS}",
+    "trainer.val_check_interval=8",
+    "checkpoint.every_n_steps=8",
+    "data.train_size=512",
+    "data.val_size=64",
+    "data.test_size=64",
+]
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
-MULTINODE = [f"trainer.num_nodes={NODES}", "trainer.devices=1", "trainer.strategy=ddp",
-             "trainer.accelerator=gpu" if GPUS else "trainer.accelerator=cpu"]
+MULTINODE = [
+    f"trainer.num_nodes={NODES}",
+    "trainer.devices=1",
+    "trainer.strategy=ddp",
+    "trainer.accelerator=gpu" if GPUS else "trainer.accelerator=cpu",
+]
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(GPUS == 1, reason="2 nodes need 2 processes on one kind of device: 2 GPUs here, or the CPU (no CUDA at all)"),
+    pytest.mark.skipif(
+        GPUS == 1, reason="2 nodes need 2 processes on one kind of device: 2 GPUs here, or the CPU (no CUDA at all)"
+    ),
 ]
 EVENT_FILE = re.compile(r"events\.out\.tfevents\.\d+\.(?P<host>.+)\.(?P<pid>\d+)\.\d+")
 
@@ -78,15 +91,28 @@ def launch_nodes(cwd: Path, *overrides, timeout=300) -> list[Node]:
     before = set(hydra_root.glob("node*_*"))
     procs = []
     for rank in range(NODES):
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={NODES}", "--nproc-per-node=1",
-               f"--node-rank={rank}", "--master-addr=127.0.0.1", f"--master-port={port}",
-               str(ROOT / "train.py"), *overrides, *QUIET, f"hydra.run.dir=outputs/hydra/node{rank}_${{pid:}}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={NODES}",
+            "--nproc-per-node=1",
+            f"--node-rank={rank}",
+            "--master-addr=127.0.0.1",
+            f"--master-port={port}",
+            str(ROOT / "train.py"),
+            *overrides,
+            *QUIET,
+            f"hydra.run.dir=outputs/hydra/node{rank}_${{pid:}}",
+        ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         if GPUS:
             env["CUDA_VISIBLE_DEVICES"] = str(rank)  # each "machine" has its own GPU
         out, err = open(cwd / f"node{rank}.stdout", "w"), open(cwd / f"node{rank}.stderr", "w")
         # its own session: on failure, torchrun and the process it started are stopped together
-        procs.append((subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, env=env, start_new_session=True), out, err))
+        procs.append(
+            (subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, env=env, start_new_session=True), out, err)
+        )
     deadline, failed_at = time.monotonic() + timeout, None
     while any(p.poll() is None for p, _, _ in procs):
         if failed_at is None and any(p.returncode not in (None, 0) for p, _, _ in procs):
@@ -103,8 +129,15 @@ def launch_nodes(cwd: Path, *overrides, timeout=300) -> list[Node]:
         err.close()
         hydra_dirs = set(hydra_root.glob(f"node{rank}_*")) - before
         pid = int(hydra_dirs.pop().name.rsplit("_", 1)[1]) if len(hydra_dirs) == 1 else -1
-        nodes.append(Node(rank, p.returncode, (cwd / f"node{rank}.stdout").read_text(),
-                          (cwd / f"node{rank}.stderr").read_text(), pid))
+        nodes.append(
+            Node(
+                rank,
+                p.returncode,
+                (cwd / f"node{rank}.stdout").read_text(),
+                (cwd / f"node{rank}.stderr").read_text(),
+                pid,
+            )
+        )
     return nodes
 
 
@@ -167,7 +200,12 @@ def test_only_process_0_of_node_0_writes_logs_and_checkpoints(runs):
     ckpt_dirs = list((multi / "checkpoints").glob("*/version_*"))
     assert len(run_dirs) == 1 and len(ckpt_dirs) == 1, (run_dirs, ckpt_dirs)
     # every checkpoint once, no lock or temporary file left behind
-    assert sorted(p.name for p in ckpt_dirs[0].iterdir()) == ["final.ckpt", "last.ckpt", "step00008.ckpt", "step00016.ckpt"]
+    assert sorted(p.name for p in ckpt_dirs[0].iterdir()) == [
+        "final.ckpt",
+        "last.ckpt",
+        "step00008.ckpt",
+        "step00016.ckpt",
+    ]
     # one event-file writer, node 0's training process
     assert writer_pids(run_dirs[0]) == {node0.pid}
     # the summary once, from node 0
@@ -177,22 +215,38 @@ def test_only_process_0_of_node_0_writes_logs_and_checkpoints(runs):
     assert "GLOBAL_RANK: 0, MEMBER: 1/2" in node0.stderr and "GLOBAL_RANK: 1, MEMBER: 2/2" in node1.stderr
     # apart from the runs and checkpoints, each process wrote only its own Hydra folder (and the launch logs)
     assert sorted(p.name for p in multi.iterdir()) == [
-        "checkpoints", "node0.stderr", "node0.stdout", "node1.stderr", "node1.stdout", "outputs", "runs"]
-    assert sorted(p.name for p in (multi / "outputs" / "hydra").iterdir()) == [f"node0_{node0.pid}", f"node1_{node1.pid}"]
+        "checkpoints",
+        "node0.stderr",
+        "node0.stdout",
+        "node1.stderr",
+        "node1.stdout",
+        "outputs",
+        "runs",
+    ]
+    assert sorted(p.name for p in (multi / "outputs" / "hydra").iterdir()) == [
+        f"node0_{node0.pid}",
+        f"node1_{node1.pid}",
+    ]
 
 
 def test_two_nodes_resume_the_run_from_the_shared_folder(runs):
     """Every node reads the checkpoint it resumes (a shared filesystem); node 0 alone writes on."""
     _, (first0, _) = runs["nodes"]
     launch = runs["launch"]
-    nodes = launch_nodes(launch, *SCHEDULE, *MULTINODE, "data.batch_size=16",
-                         f"trainer.max_steps={STEPS + 8}", "ckpt_path=last")
+    nodes = launch_nodes(
+        launch, *SCHEDULE, *MULTINODE, "data.batch_size=16", f"trainer.max_steps={STEPS + 8}", "ckpt_path=last"
+    )
     assert all(n.returncode == 0 for n in nodes), tails(nodes)
     node0, node1 = nodes
     (log_dir,) = (launch / "runs").glob("*/version_*")  # the same run continued: no branch, no second folder
     (ckpt_dir,) = (launch / "checkpoints").glob("*/version_*")
     assert sorted(p.name for p in ckpt_dir.iterdir()) == [
-        "final.ckpt", "last.ckpt", "step00008.ckpt", "step00016.ckpt", "step00024.ckpt"]
+        "final.ckpt",
+        "last.ckpt",
+        "step00008.ckpt",
+        "step00016.ckpt",
+        "step00024.ckpt",
+    ]
     assert read_checkpoint(ckpt_dir / "final.ckpt")["global_step"] == STEPS + 8
     assert [s for s, _ in read_scalars(log_dir)["train/mse"]] == list(range(STEPS + 8))
     assert writer_pids(log_dir) == {first0.pid, node0.pid}  # neither node 1 wrote an event file

@@ -105,7 +105,9 @@ def test_two_runs_with_the_same_configuration_are_bit_identical(tmp_path, tmp_pa
     assert_same_tree(a["state_dict"], b["state_dict"])
     assert_same_tree(a["optimizer_states"], b["optimizer_states"])
     # every scalar but the times, which measure the machine
-    untimed = [{k: v for k, v in scalars_of(root, impl).items() if not k.startswith("time/")} for root in (first, tmp_path)]
+    untimed = [
+        {k: v for k, v in scalars_of(root, impl).items() if not k.startswith("time/")} for root in (first, tmp_path)
+    ]
     assert untimed[0] == untimed[1]
 
 
@@ -150,7 +152,9 @@ def make_bad(kind, folder, good):
         ("unsafe", "is truncated or corrupted and cannot be read (Weights only load failed"),
     ],
 )
-def test_bad_checkpoint_file_gives_one_line_and_changes_nothing(tmp_path, tmp_path_factory, monkeypatch, capsys, kind, message):
+def test_bad_checkpoint_file_gives_one_line_and_changes_nothing(
+    tmp_path, tmp_path_factory, monkeypatch, capsys, kind, message
+):
     monkeypatch.chdir(tmp_path)  # where the "code" pickle would create its file
     good = checkpoint_of(shared_run(tmp_path_factory, "norm=triton")[0], "triton", "last.ckpt")
     bad = tmp_path / "missing.ckpt" if kind == "missing" else make_bad(kind, tmp_path, good)
@@ -158,7 +162,12 @@ def test_bad_checkpoint_file_gives_one_line_and_changes_nothing(tmp_path, tmp_pa
     with pytest.raises(SystemExit) as exit_:
         main(tmp_path, f"ckpt_path={bad}")
     assert exit_.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"train.py: checkpoint error: checkpoint {bad} {message}")
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .splitlines()[-1]
+        .startswith(f"train.py: checkpoint error: checkpoint {bad} {message}")
+    )
     assert files_under(tmp_path) == before
     assert not (tmp_path / "runs").exists() and not (tmp_path / "checkpoints").exists()
     assert not (tmp_path / "pwned").exists()
@@ -168,7 +177,10 @@ def test_bad_checkpoint_file_gives_one_line_and_changes_nothing(tmp_path, tmp_pa
     "overrides,message",
     [
         (["norm=triton"], "was trained with norm path = 'reference'; the configuration asks for 'triton'"),
-        (["norm=reference", "model.hidden_dim=128"], "was trained with hidden_dim = 257; the configuration asks for 128"),
+        (
+            ["norm=reference", "model.hidden_dim=128"],
+            "was trained with hidden_dim = 257; the configuration asks for 128",
+        ),
         (["norm=reference", "data.batch_size=16"], "was trained with batch_size = 32; the configuration asks for 16"),
     ],
 )
@@ -238,8 +250,14 @@ def test_sigkill_at_random_moments_never_leaves_a_bad_checkpoint(tmp_path):
     for kill in range(4):
         resume = ["ckpt_path=last"] if list(killed.glob("checkpoints/*/*/last.ckpt")) else []
         started = time.time()
-        proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args, *resume],
-                                cwd=killed, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "train.py"), *args, *resume],
+            cwd=killed,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         if kill == 3:
             _, err = proc.communicate(timeout=600)
             assert proc.returncode == 0, err[-3000:]
@@ -317,7 +335,9 @@ def signal_after_step(monkeypatch, step, signum):
 
 
 @pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_writes_last_at_the_step_reached_exits_non_zero_and_resumes_bit_identical(tmp_path, monkeypatch, capsys, signum, code):
+def test_a_signal_writes_last_at_the_step_reached_exits_non_zero_and_resumes_bit_identical(
+    tmp_path, monkeypatch, capsys, signum, code
+):
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
     before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN under a shell's background job
     assert train(whole, "norm=reference", *RESUMABLE).ok
@@ -346,10 +366,22 @@ def test_sigterm_from_outside_exits_143_and_the_printed_command_resumes_bit_iden
     whole, stopped = tmp_path / "whole", tmp_path / "stopped dir"  # a space: the command must quote it
     stopped.mkdir()
     assert train(whole, "norm=triton", *RESUMABLE).ok
-    args = [*SCHEDULE, *RESUMABLE, "trainer.enable_progress_bar=false", "norm=triton",
-            f'paths.runs="{stopped}/runs"', f'paths.checkpoints="{stopped}/checkpoints"']
-    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=stopped, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    args = [
+        *SCHEDULE,
+        *RESUMABLE,
+        "trainer.enable_progress_bar=false",
+        "norm=triton",
+        f'paths.runs="{stopped}/runs"',
+        f'paths.checkpoints="{stopped}/checkpoints"',
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *args],
+        cwd=stopped,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     first = stopped / "checkpoints/triton_seed0/version_0/step00003.ckpt"
     while not first.exists() and proc.poll() is None:
         time.sleep(0.01)
@@ -371,7 +403,10 @@ def test_sigterm_from_outside_exits_143_and_the_printed_command_resumes_bit_iden
 def test_runs_of_another_hidden_size_get_their_own_folder_and_ckpt_path_last_finds_it(tmp_path):
     assert train(tmp_path, "norm=reference", "model.hidden_dim=128").ok
     assert train(tmp_path, "norm=reference").ok  # newer, of the default hidden size 257
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["reference_seed0", "reference_seed0_hidden128"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "reference_seed0",
+        "reference_seed0_hidden128",
+    ]
     resumed = train(tmp_path, "norm=reference", "model.hidden_dim=128", "trainer.max_steps=5", "ckpt_path=last")
     assert resumed.ok and resumed.steps == 5
     assert resumed.checkpoint == str(tmp_path / "checkpoints/reference_seed0_hidden128/version_0/final.ckpt")

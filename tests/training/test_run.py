@@ -100,7 +100,11 @@ def test_both_paths_pass_their_checks_and_log_every_tag(both_paths):
         assert result.ok, result.failures
         assert (result.impl, result.steps, result.name) == (impl, STEPS, f"{impl}_seed0")
         expected = STEPS if impl == "triton" else 0
-        assert (result.calls["train/forward"], result.calls["train/backward"], result.calls["train/fallback"]) == (expected, expected, 0)
+        assert (result.calls["train/forward"], result.calls["train/backward"], result.calls["train/fallback"]) == (
+            expected,
+            expected,
+            0,
+        )
         scalars[impl] = read_scalars(result.log_dir)
         check_scalars(scalars[impl], impl, STEPS, VAL_EVERY, PARITY_EVERY, WINDOW)
         assert result.metrics["reload/max_abs_diff"] == 0.0
@@ -158,8 +162,15 @@ def test_a_wrong_kernel_fails_initial_parity_naming_the_declared_tolerance(tmp_p
 
 def test_failed_checks_name_each_failure():
     cfg = compose_cfg(["norm=triton"])
-    result = RunResult(name="triton_seed0", impl="triton", seed=0, backend="interpreter", steps=10, checkpoint="c/final.ckpt",
-                       calls={"train/forward": 8, "train/backward": 8, "train/fallback": 2})
+    result = RunResult(
+        name="triton_seed0",
+        impl="triton",
+        seed=0,
+        backend="interpreter",
+        steps=10,
+        checkpoint="c/final.ckpt",
+        calls={"train/forward": 8, "train/backward": 8, "train/fallback": 2},
+    )
     parity = SimpleNamespace(ok=False, output_err=0.5, grad_err=0.25, dtype=torch.bfloat16)
     assert failed_checks(cfg, result, parity, 0.125, "reference") == [
         "initial parity: outputs differ by 0.5, gradients by 0.25, beyond the bfloat16 tolerance (atol 0.0234375, rtol 0.0234375)",
@@ -227,7 +238,6 @@ def test_the_two_path_command_on_its_default_schedule_passes_its_checks(tmp_path
         assert ckpts == ["final.ckpt", "last.ckpt", "step00050.ckpt", "step00100.ckpt"]
 
 
-
 def test_a_run_validates_at_its_last_step_and_so_does_its_continuation(tmp_path):
     # validation every 2 steps; 3 and 5 steps are not multiples of it
     assert train(tmp_path, "trainer.max_steps=3").ok
@@ -257,7 +267,9 @@ def test_each_run_folder_carries_the_comparison_layout_and_its_charts_name_logge
         (category,) = layout_pb2.Layout.FromString(event.tensor_proto.string_val[0]).category
         charts = {c.title: list(c.multiline.tag) for c in category.chart}
         assert list(charts) == [
-            "train/mse", "val/mse", "parity: largest |difference| of outputs and gradients",
+            "train/mse",
+            "val/mse",
+            "parity: largest |difference| of outputs and gradients",
             "parity: worst difference / tolerance (passes at 1 or less)",
             "time/step_ms and time/rmsnorm_ms (medians of each logging window)",
         ]

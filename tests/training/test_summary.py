@@ -12,17 +12,42 @@ from omegaconf import OmegaConf
 from rmsnorm_kernel.training.run import RunResult
 from rmsnorm_kernel.training.summary import MultirunSummary, format_summary, summary_table
 
-METRICS = {"train/mse": 0.5, "val/mse": 0.25, "test/mse": 0.125, "parity/initial_output_err": 2.5e-07,
-           "parity/initial_grad_err": 7.5e-09, "parity/checks": 3.0, "parity/worst_over_tol": 0.25,
-           "reload/max_abs_diff": 0.0, "time/step_ms": 1.5}
-CALLS = {"train/forward": 4, "train/backward": 4, "train/fallback": 0, "val/forward": 2, "test/forward": 1,
-         "parity/forward": 3, "parity/backward": 3}
+METRICS = {
+    "train/mse": 0.5,
+    "val/mse": 0.25,
+    "test/mse": 0.125,
+    "parity/initial_output_err": 2.5e-07,
+    "parity/initial_grad_err": 7.5e-09,
+    "parity/checks": 3.0,
+    "parity/worst_over_tol": 0.25,
+    "reload/max_abs_diff": 0.0,
+    "time/step_ms": 1.5,
+}
+CALLS = {
+    "train/forward": 4,
+    "train/backward": 4,
+    "train/fallback": 0,
+    "val/forward": 2,
+    "test/forward": 1,
+    "parity/forward": 3,
+    "parity/backward": 3,
+}
 
 
 def result(impl="triton", **kw):
-    fields = dict(name=f"{impl}_seed0", impl=impl, seed=0, backend="interpreter", steps=4, log_dir=f"runs/{impl}",
-                  checkpoint=f"ck/{impl}/final.ckpt", initial_weights_sha256="0123456789abcdef" * 4,
-                  metrics=dict(METRICS), calls=dict(CALLS), seconds=1.25)
+    fields = dict(
+        name=f"{impl}_seed0",
+        impl=impl,
+        seed=0,
+        backend="interpreter",
+        steps=4,
+        log_dir=f"runs/{impl}",
+        checkpoint=f"ck/{impl}/final.ckpt",
+        initial_weights_sha256="0123456789abcdef" * 4,
+        metrics=dict(METRICS),
+        calls=dict(CALLS),
+        seconds=1.25,
+    )
     return RunResult(**{**fields, **kw})
 
 
@@ -43,11 +68,19 @@ def test_the_summary_of_a_run_that_passed():
 
 def test_the_summary_gives_the_norms_share_of_a_step_where_a_gpu_measured_it():
     line = format_summary(result(metrics={**METRICS, "time/rmsnorm_ms": 0.375})).splitlines()[1]
-    assert line == "  path triton, backend interpreter, 4 steps, 1.2 s, median step 1.5 ms (RMSNorm 0.375 ms of it, GPU time)"
+    assert (
+        line
+        == "  path triton, backend interpreter, 4 steps, 1.2 s, median step 1.5 ms (RMSNorm 0.375 ms of it, GPU time)"
+    )
 
 
 def test_the_summary_of_a_resumed_run_that_failed_lists_its_failures():
-    metrics = {**METRICS, "parity/initial_output_err": None, "parity/initial_grad_err": None, "reload/max_abs_diff": 0.5}
+    metrics = {
+        **METRICS,
+        "parity/initial_output_err": None,
+        "parity/initial_grad_err": None,
+        "reload/max_abs_diff": 0.5,
+    }
     lines = format_summary(result(metrics=metrics, failures=["reload parity: one", "integration: two"])).splitlines()
     assert lines[0] == "run triton_seed0: FAILED"
     assert lines[4] == "  initial parity: measured at step 0 by the run this one resumed"
@@ -56,12 +89,27 @@ def test_the_summary_of_a_resumed_run_that_failed_lists_its_failures():
 
 
 def row(name, test_mse, ok=True):
-    return {"run": name, "backend": "cuda", "steps": 100, "train/mse": 0.5, "val/mse": 0.25, "test/mse": test_mse,
-            "calls/forward": 100.0, "calls/backward": 100.0, "parity/initial_output_err": 1.25e-07,
-            "parity/initial_grad_err": 0.0, "parity/worst_over_tol": 0.5, "calls/parity_forward": 5.0,
-            "reload/max_abs_diff": 0.0, "time/step_ms": 2.0, "time/rmsnorm_ms": 0.5,
-            "initial_weights_sha256": "0123456789abcdef",
-            "seconds": 3.5, "ok": ok, "log_dir": "unused"}
+    return {
+        "run": name,
+        "backend": "cuda",
+        "steps": 100,
+        "train/mse": 0.5,
+        "val/mse": 0.25,
+        "test/mse": test_mse,
+        "calls/forward": 100.0,
+        "calls/backward": 100.0,
+        "parity/initial_output_err": 1.25e-07,
+        "parity/initial_grad_err": 0.0,
+        "parity/worst_over_tol": 0.5,
+        "calls/parity_forward": 5.0,
+        "reload/max_abs_diff": 0.0,
+        "time/step_ms": 2.0,
+        "time/rmsnorm_ms": 0.5,
+        "initial_weights_sha256": "0123456789abcdef",
+        "seconds": 3.5,
+        "ok": ok,
+        "log_dir": "unused",
+    }
 
 
 def test_the_table_has_one_column_per_run_and_the_test_mse_difference_of_two():
@@ -112,8 +160,15 @@ def two_runs(tmp_path):
     for impl, test_mse in (("reference", 0.125), ("triton", 0.0625)):
         log_dir = tmp_path / "runs" / f"{impl}_seed0" / "version_0"
         calls = 0.0 if impl == "reference" else 1.0
-        write_events(log_dir, {"train/mse": [(0, 1.0), (1, 0.5)], "test/mse": [(2, test_mse)],
-                               "calls/forward": [(0, 0.0), (1, calls)], "reload/max_abs_diff": [(2, 0.0)]})
+        write_events(
+            log_dir,
+            {
+                "train/mse": [(0, 1.0), (1, 0.5)],
+                "test/mse": [(2, test_mse)],
+                "calls/forward": [(0, 0.0), (1, calls)],
+                "reload/max_abs_diff": [(2, 0.0)],
+            },
+        )
         runs.append(result(impl, log_dir=str(log_dir), steps=2))
     return runs
 
@@ -157,7 +212,9 @@ def test_a_crashed_job_is_reported_after_the_others(tmp_path, two_runs, capsys):
         run_callback(tmp_path, [finished(two_runs[0]), crashed])
     assert exit_.value.code == 1
     out, err = capsys.readouterr()
-    assert err.strip().splitlines()[-1] == "train.py: 1 of 2 jobs failed; the first, job 1 (norm=triton): ValueError: boom"
+    assert (
+        err.strip().splitlines()[-1] == "train.py: 1 of 2 jobs failed; the first, job 1 (norm=triton): ValueError: boom"
+    )
     assert out.splitlines()[-3:-1] == ["job 0 (norm=reference): OK", "job 1 (norm=triton): FAILED: ValueError: boom"]
     (js,) = (tmp_path / "runs").glob("summary_*.json")
     report = json.loads(js.read_text())
@@ -187,8 +244,10 @@ def test_a_sweep_runs_every_job_lists_each_and_exits_1_when_one_failed(tmp_path)
 
     proc = train_process(tmp_path, "-m", *SCHEDULE, f"model.hidden_dim={MAX_N + 1},128")
     assert proc.returncode == 1, proc.stderr[-3000:]
-    refused = (f"training stopped: rmsnorm (triton): x has rows of N = {MAX_N + 1} elements; accepted: N <= {MAX_N} "
-               "(norm.fallback=reference sends such inputs to the reference)")
+    refused = (
+        f"training stopped: rmsnorm (triton): x has rows of N = {MAX_N + 1} elements; accepted: N <= {MAX_N} "
+        "(norm.fallback=reference sends such inputs to the reference)"
+    )
     assert proc.stderr.strip().splitlines()[-1] == (
         f"train.py: 1 of 2 jobs failed; the first, job 0 (model.hidden_dim={MAX_N + 1}): {refused}"
     )
@@ -209,7 +268,10 @@ def test_two_sweeps_started_together_get_their_own_hydra_folders(tmp_path):
     from tests.training.helpers import SCHEDULE
 
     cmd = [sys.executable, str(ROOT / "train.py"), "-m", *SCHEDULE, *QUIET, "norm=reference", "trainer.max_steps=1"]
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=600)
         assert p.returncode == 0, err[-3000:]
@@ -220,9 +282,14 @@ def test_two_sweeps_started_together_get_their_own_hydra_folders(tmp_path):
 
 def test_two_runs_of_one_name_get_columns_named_by_their_overrides(tmp_path, two_runs, capsys):
     # a value the run name leaves out (the batch size) tells them apart
-    jobs = [JobReturn(overrides=["trainer.max_steps=2", f"data.batch_size={b}"], status=JobStatus.COMPLETED,
-                      _return_value=RunResult(**{**r.__dict__, "name": "triton_seed0"}))
-            for r, b in zip(two_runs, (16, 32))]
+    jobs = [
+        JobReturn(
+            overrides=["trainer.max_steps=2", f"data.batch_size={b}"],
+            status=JobStatus.COMPLETED,
+            _return_value=RunResult(**{**r.__dict__, "name": "triton_seed0"}),
+        )
+        for r, b in zip(two_runs, (16, 32))
+    ]
     run_callback(tmp_path, jobs)
     out = capsys.readouterr().out
     assert "| | triton_seed0 (data.batch_size=16) | triton_seed0 (data.batch_size=32) |" in out

@@ -123,7 +123,9 @@ def check_outputs(outputs: tuple, expected: tuple) -> Check:
     for name, got, want in zip(("y", "dx", "dgamma"), outputs, expected):
         if got is None or tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
             got_desc = "None" if got is None else f"{tuple(got.shape)} {got.dtype}"
-            return Check(False, math.inf, math.inf, f"{name}: got {got_desc}, expected {tuple(want.shape)} {want.dtype}")
+            return Check(
+                False, math.inf, math.inf, f"{name}: got {got_desc}, expected {tuple(want.shape)} {want.dtype}"
+            )
         c = compare(got, want)
         worst.ok = worst.ok and c.ok
         worst.max_abs, worst.max_rel = max(worst.max_abs, c.max_abs), max(worst.max_rel, c.max_rel)
@@ -313,14 +315,17 @@ def _us(s: float | None) -> float | None:
     return None if s is None else s * 1e6
 
 
-def measure_row(mode: str, impl: str, fn: ForwardFn, inputs: tuple, expected: tuple, timer: Timer,
-                ceiling_bps: float | None) -> Result:
+def measure_row(
+    mode: str, impl: str, fn: ForwardFn, inputs: tuple, expected: tuple, timer: Timer, ceiling_bps: float | None
+) -> Result:
     """Check one implementation on one problem against the oracle's ``expected`` outputs, then time it
     (a failed check is not timed)."""
     x, gamma, dy = inputs
     m, n = x.shape
     nbytes = bytes_moved(mode, m, n, x.dtype, gamma.dtype)
-    base = dict(shape=f"{m}x{n}", M=m, N=n, dtype=str(x.dtype).replace("torch.", ""), mode=mode, impl=impl, bytes=nbytes)
+    base = dict(
+        shape=f"{m}x{n}", M=m, N=n, dtype=str(x.dtype).replace("torch.", ""), mode=mode, impl=impl, bytes=nbytes
+    )
     expected = expected[:1] if mode == FWD else expected
     # Liger's default in_place=True writes dx over dy: each implementation gets its own dy.
     own_dy = dy.clone()
@@ -384,7 +389,9 @@ def run_benchmark(
                 results.append(row)
                 status = "ok" if row.ok else f"FAILED: {row.detail}"
                 timing = f"{row.events_us:.1f} us" if row.events_us is not None else "untimed"
-                log(f"  {m}x{n} {dtype_name:8s} {mode:7s} {impl:10s} {timing:>12s}  {status}  ({time.perf_counter() - t0:.1f}s)")
+                log(
+                    f"  {m}x{n} {dtype_name:8s} {mode:7s} {impl:10s} {timing:>12s}  {status}  ({time.perf_counter() - t0:.1f}s)"
+                )
         del inputs, expected
         if device == "cuda":
             torch.cuda.empty_cache()
@@ -430,10 +437,21 @@ def format_table(results: list[Result], ceiling_tbps: float | None) -> str:
         mark = "best" if r.winner else ""
         if r.impl == "triton" and r.speedup_vs_best_peer is not None:
             mark = (mark + " " if mark else "") + f"x{r.speedup_vs_best_peer:.2f} vs best peer"
-        lines.append((
-            r.shape, r.dtype, r.mode, r.impl, fmt(r.events_us, ".1f"), fmt(r.do_bench_us, ".1f"), fmt(r.host_us, ".1f"),
-            fmt(r.bandwidth_tbps, ".2f"), fmt(r.pct_of_ceiling, ".0f"), "ok" if r.ok else "FAILED", mark,
-        ))
+        lines.append(
+            (
+                r.shape,
+                r.dtype,
+                r.mode,
+                r.impl,
+                fmt(r.events_us, ".1f"),
+                fmt(r.do_bench_us, ".1f"),
+                fmt(r.host_us, ".1f"),
+                fmt(r.bandwidth_tbps, ".2f"),
+                fmt(r.pct_of_ceiling, ".0f"),
+                "ok" if r.ok else "FAILED",
+                mark,
+            )
+        )
     table = text_table(head, lines, left=(0, 1, 2, 3, 9, 10), groups=[(r.shape, r.dtype) for r in results])
     ceiling = f"{ceiling_tbps:.2f} TB/s" if ceiling_tbps else "not measured"
     return table + f"\ncopy ceiling: {ceiling}; 'best': fastest correct row of its group (events median)"
@@ -450,7 +468,12 @@ def write_json(report: Report, outputs: Path) -> Path:
 def versions() -> dict:
     import triton
 
-    return dict(torch=torch.__version__, triton=triton.__version__, liger_kernel=liger_version(), python=platform.python_version())
+    return dict(
+        torch=torch.__version__,
+        triton=triton.__version__,
+        liger_kernel=liger_version(),
+        python=platform.python_version(),
+    )
 
 
 def drop_nonfinite(results: list[Result]) -> None:
@@ -464,17 +487,28 @@ def drop_nonfinite(results: list[Result]) -> None:
 
 def make_report(timed: bool, device_name: str, ceiling_bps: float | None, results: list[Result], args) -> Report:
     protocol = dict(
-        warmup_calls=args.warmup, samples=args.samples, calls_per_sample=args.calls, statistic="median",
+        warmup_calls=args.warmup,
+        samples=args.samples,
+        calls_per_sample=args.calls,
+        statistic="median",
         do_bench="triton.testing.do_bench(warmup=10 ms, rep=40 ms) median" if not args.no_do_bench else "off",
         bytes="fwd: 2*M*N*x + N*gamma; fwd+bwd: 5*M*N*x + 2*N*gamma",
-        eps=EPS, inputs="rmsnorm_kernel.testing.make_inputs, seed 0", check="ops.tolerances.compare against ops.reference.oracle",
+        eps=EPS,
+        inputs="rmsnorm_kernel.testing.make_inputs, seed 0",
+        check="ops.tolerances.compare against ops.reference.oracle",
         compile="torch.compile(reference, dynamic=False), torch.compiler.reset() per shape",
     )
     drop_nonfinite(results)
     return Report(
-        timed=timed, device=device_name, backend=backend(), date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        ceiling_tbps=None if ceiling_bps is None else ceiling_bps / 1e12, protocol=protocol, liger_settings=dict(LIGER_SETTINGS),
-        results=results, **versions(),
+        timed=timed,
+        device=device_name,
+        backend=backend(),
+        date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        ceiling_tbps=None if ceiling_bps is None else ceiling_bps / 1e12,
+        protocol=protocol,
+        liger_settings=dict(LIGER_SETTINGS),
+        results=results,
+        **versions(),
     )
 
 
@@ -484,16 +518,28 @@ def make_report(timed: bool, device_name: str, ceiling_bps: float | None, result
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--shapes", choices=("full", "small"), default="full",
-                        help="full: the nine shapes of the README (default); small: 128x257, 32x257 float32 and 4096x4096 float16")
-    parser.add_argument("--quick", action="store_true", help="small shapes and 10 samples instead of 50: a fast look, not a result")
-    parser.add_argument("--impls", default=",".join(IMPLS), help=f"comma-separated subset of {','.join(IMPLS)} (default: all)")
-    parser.add_argument("--outputs", type=Path, default=Path("outputs"), help="directory for benchmark.json (default: outputs)")
+    parser.add_argument(
+        "--shapes",
+        choices=("full", "small"),
+        default="full",
+        help="full: the nine shapes of the README (default); small: 128x257, 32x257 float32 and 4096x4096 float16",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="small shapes and 10 samples instead of 50: a fast look, not a result"
+    )
+    parser.add_argument(
+        "--impls", default=",".join(IMPLS), help=f"comma-separated subset of {','.join(IMPLS)} (default: all)"
+    )
+    parser.add_argument(
+        "--outputs", type=Path, default=Path("outputs"), help="directory for benchmark.json (default: outputs)"
+    )
     parser.add_argument("--warmup", type=int, default=20, help="warm-up calls before timing (default 20)")
     parser.add_argument("--samples", type=int, default=50, help="timed samples (default 50)")
     parser.add_argument("--calls", type=int, default=20, help="calls per sample (default 20)")
     parser.add_argument("--no-do-bench", action="store_true", help="skip triton.testing.do_bench")
-    parser.add_argument("--require-gpu", action="store_true", help="without a CUDA GPU exit 2 instead of running the CPU smoke")
+    parser.add_argument(
+        "--require-gpu", action="store_true", help="without a CUDA GPU exit 2 instead of running the CPU smoke"
+    )
 
 
 def parse_impls(text: str) -> list[str]:
@@ -527,8 +573,11 @@ def run(args) -> int:
         print("benchmark: no CUDA GPU here, so nothing can be timed (timings need a CUDA GPU).", file=sys.stderr)
         if args.require_gpu:
             return 2
-        print("benchmark: running a correctness-only smoke instead: tiny shapes through Triton's interpreter, "
-              "checked against the oracle, no timings.", file=sys.stderr)
+        print(
+            "benchmark: running a correctness-only smoke instead: tiny shapes through Triton's interpreter, "
+            "checked against the oracle, no timings.",
+            file=sys.stderr,
+        )
         return _cpu_smoke(impls, args)
 
     device_name = torch.cuda.get_device_name()
@@ -538,8 +587,14 @@ def run(args) -> int:
     print(f"device-to-device copy ceiling: {ceiling / 1e12:.2f} TB/s")
     timer = cuda_timer(args.warmup, args.samples, args.calls, do_bench=not args.no_do_bench)
     # The JSON is rewritten after every shape, so a run cut short still leaves what it measured.
-    results = run_benchmark(shapes, impls, "cuda", timer, ceiling,
-                            on_shape_done=lambda rows: write_json(make_report(True, device_name, ceiling, list(rows), args), args.outputs))
+    results = run_benchmark(
+        shapes,
+        impls,
+        "cuda",
+        timer,
+        ceiling,
+        on_shape_done=lambda rows: write_json(make_report(True, device_name, ceiling, list(rows), args), args.outputs),
+    )
     report = make_report(True, device_name, ceiling, results, args)
     path = write_json(report, args.outputs)
     print(f"\nwrote {path}\n")
@@ -550,7 +605,9 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rmsnorm_kernel.checks.benchmark", description=__doc__.strip().split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m rmsnorm_kernel.checks.benchmark", description=__doc__.strip().split("\n")[0]
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -13,8 +13,8 @@ the case's position in the campaign, so a report can be reproduced case by case.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -34,13 +34,34 @@ _LONG_ROWS = tuple(s for s in ((3, 10000), (1, MAX_N)) if 4096 < s[-1] <= MAX_N)
 #: The full campaign: irregular shapes, M of 1 and 17, N of 255/256/257, powers of two and their
 #: neighbours, long rows, and inputs of more than two dimensions. At least 28 shapes x 3 dtypes.
 FULL_SHAPES: tuple[tuple[int, ...], ...] = (
-    (1, 255), (1, 256), (1, 257),
-    (17, 255), (17, 256), (17, 257),
-    (1, 1), (17, 1), (3, 2), (5, 7), (17, 33), (4, 100),
-    (9, 127), (2, 128), (6, 129), (3, 500), (2, 511), (2, 513),
-    (1, 768), (4, 1000), (2, 1023), (1, 1025), (1, 2047), (1, 3000),
-    (1, 4095), (1, 4096),
-    (2, 3, 257), (2, 2, 5, 96),
+    (1, 255),
+    (1, 256),
+    (1, 257),
+    (17, 255),
+    (17, 256),
+    (17, 257),
+    (1, 1),
+    (17, 1),
+    (3, 2),
+    (5, 7),
+    (17, 33),
+    (4, 100),
+    (9, 127),
+    (2, 128),
+    (6, 129),
+    (3, 500),
+    (2, 511),
+    (2, 513),
+    (1, 768),
+    (4, 1000),
+    (2, 1023),
+    (1, 1025),
+    (1, 2047),
+    (1, 3000),
+    (1, 4095),
+    (1, 4096),
+    (2, 3, 257),
+    (2, 2, 5, 96),
     *_LONG_ROWS,
 )
 #: A short campaign for CI: still M of 1 and 17, N on both sides of a power of two.
@@ -117,9 +138,23 @@ def run_campaign(
             want = oracle(x, gamma, dy, eps)[_ORACLE_OUTPUT[campaign]]
             got = fn(x, gamma, eps) if campaign == "forward" else fn(dy, x, gamma, eps)
             c = compare(got, want)
-            case = CampaignCase(campaign, kernel, dtype_name(dtype), shape, seed, c.max_abs, c.max_rel, tol.atol, tol.rtol, c.ok)
+            case = CampaignCase(
+                campaign, kernel, dtype_name(dtype), shape, seed, c.max_abs, c.max_rel, tol.atol, tol.rtol, c.ok
+            )
         except Exception as exc:  # a crash is a failed case, reported with the others
-            case = CampaignCase(campaign, kernel, dtype_name(dtype), shape, seed, math.nan, math.nan, tol.atol, tol.rtol, False, one_line(exc))
+            case = CampaignCase(
+                campaign,
+                kernel,
+                dtype_name(dtype),
+                shape,
+                seed,
+                math.nan,
+                math.nan,
+                tol.atol,
+                tol.rtol,
+                False,
+                one_line(exc),
+            )
         cases.append(case)
     return cases
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -55,7 +55,9 @@ def _accepted_kwargs(fn: Callable, hparams: dict) -> dict:
     params = inspect.signature(fn).parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return dict(hparams)
-    names = {p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    names = {
+        p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
     return {k: v for k, v in hparams.items() if k in names}
 
 
@@ -66,13 +68,15 @@ def _match_state_dict(saved: dict, expected_keys: set[str]) -> dict | None:
         parts = key.split(".")
         prefixes.update(".".join(parts[:i]) + "." for i in range(1, len(parts)))
     for prefix in sorted(prefixes, key=len):
-        stripped = {k[len(prefix):]: v for k, v in saved.items() if k.startswith(prefix)}
+        stripped = {k[len(prefix) :]: v for k, v in saved.items() if k.startswith(prefix)}
         if set(stripped) == expected_keys:
             return stripped
     return None
 
 
-def audit_checkpoint(path: Path, build_network: Callable | None, import_problem: str = "", device: str | None = None) -> CheckpointAudit:
+def audit_checkpoint(
+    path: Path, build_network: Callable | None, import_problem: str = "", device: str | None = None
+) -> CheckpointAudit:
     """Open, check keys, rebuild, and reproduce the recorded test outputs; never raises."""
     from ..training.checkpoints import CheckpointError, read_checkpoint  # needs Lightning (the "train" extra)
 
@@ -84,13 +88,19 @@ def audit_checkpoint(path: Path, build_network: Callable | None, import_problem:
     except Exception as exc:
         return CheckpointAudit(name, "load", False, f"damaged or not loadable with weights_only=True ({one_line(exc)})")
     if not isinstance(ckpt, dict):
-        return CheckpointAudit(name, "keys", False, f"holds a {type(ckpt).__name__}; accepted: a Lightning checkpoint dict")
+        return CheckpointAudit(
+            name, "keys", False, f"holds a {type(ckpt).__name__}; accepted: a Lightning checkpoint dict"
+        )
     missing = [k for k in CHECKPOINT_KEYS if k not in ckpt]
     if missing:
-        return CheckpointAudit(name, "keys", False, f"missing key(s) {missing}; expected {list(CHECKPOINT_KEYS)} (foreign or older file?)")
+        return CheckpointAudit(
+            name, "keys", False, f"missing key(s) {missing}; expected {list(CHECKPOINT_KEYS)} (foreign or older file?)"
+        )
     record, hparams, state = ckpt["rmsnorm_kernel"], ckpt["hyper_parameters"], ckpt["state_dict"]
     if not isinstance(record, dict) or not all(isinstance(record.get(k), torch.Tensor) for k in RECORD_KEYS):
-        return CheckpointAudit(name, "keys", False, f"rmsnorm_kernel entry is not a dict with tensors {list(RECORD_KEYS)}")
+        return CheckpointAudit(
+            name, "keys", False, f"rmsnorm_kernel entry is not a dict with tensors {list(RECORD_KEYS)}"
+        )
     if not isinstance(hparams, dict) or not isinstance(state, dict):
         return CheckpointAudit(name, "keys", False, "hyper_parameters and state_dict must both be dicts")
     if build_network is None:
@@ -101,28 +111,53 @@ def audit_checkpoint(path: Path, build_network: Callable | None, import_problem:
         expected_keys = set(net.state_dict())
         matched = _match_state_dict(state, expected_keys)
         if matched is None:
-            return CheckpointAudit(name, "rebuild", False, f"state_dict keys do not fit build_network(**hyper_parameters): network expects {sorted(expected_keys)[:4]}..., file has {sorted(state)[:4]}...")
+            return CheckpointAudit(
+                name,
+                "rebuild",
+                False,
+                f"state_dict keys do not fit build_network(**hyper_parameters): network expects {sorted(expected_keys)[:4]}..., file has {sorted(state)[:4]}...",
+            )
         net.load_state_dict(matched)
     except Exception as exc:
         return CheckpointAudit(name, "rebuild", False, f"build_network(**hyper_parameters) failed ({one_line(exc)})")
     bad = non_finite(state) + non_finite(record, "rmsnorm_kernel.")
     if bad:
-        return CheckpointAudit(name, "weights", False, "not finite: " + "; ".join(bad[:3]) + (f"; and {len(bad) - 3} more tensor(s)" if len(bad) > 3 else ""))
+        return CheckpointAudit(
+            name,
+            "weights",
+            False,
+            "not finite: " + "; ".join(bad[:3]) + (f"; and {len(bad) - 3} more tensor(s)" if len(bad) > 3 else ""),
+        )
     try:
         net = net.to(device).eval()
         with torch.no_grad():
             got = net(record["test_inputs"].to(device))
         expected = record["test_outputs"]
         if got.shape != expected.shape:
-            return CheckpointAudit(name, "reproduce", False, f"the network gives outputs of shape {tuple(got.shape)} on the recorded test inputs; recorded: {tuple(expected.shape)}")
+            return CheckpointAudit(
+                name,
+                "reproduce",
+                False,
+                f"the network gives outputs of shape {tuple(got.shape)} on the recorded test inputs; recorded: {tuple(expected.shape)}",
+            )
         c = compare(got, expected)
     except Exception as exc:
-        return CheckpointAudit(name, "reproduce", False, f"running the network on the recorded test inputs failed ({one_line(exc)})")
+        return CheckpointAudit(
+            name, "reproduce", False, f"running the network on the recorded test inputs failed ({one_line(exc)})"
+        )
     if not c.ok:
         measured = bool(torch.isfinite(got).all())  # a non-finite output has no difference to measure
-        return CheckpointAudit(name, "reproduce", False, mismatch(got, expected, c),
-                               c.max_abs if measured else math.nan, c.max_rel if measured else math.nan)
-    return CheckpointAudit(name, "verified", True, f"reproduces {tuple(expected.shape)} recorded test outputs", c.max_abs, c.max_rel)
+        return CheckpointAudit(
+            name,
+            "reproduce",
+            False,
+            mismatch(got, expected, c),
+            c.max_abs if measured else math.nan,
+            c.max_rel if measured else math.nan,
+        )
+    return CheckpointAudit(
+        name, "verified", True, f"reproduces {tuple(expected.shape)} recorded test outputs", c.max_abs, c.max_rel
+    )
 
 
 def non_finite(tensors: dict, prefix: str = "") -> list[str]:
@@ -141,14 +176,20 @@ def mismatch(got: torch.Tensor, expected: torch.Tensor, c) -> str:
     got64, exp64 = got.detach().cpu().double(), expected.detach().cpu().double()
     count = int((~torch.isfinite(got64)).sum())
     if count:
-        return (f"the network's outputs on the recorded test inputs hold {count} non-finite value(s) of {got64.numel()}; "
-                f"the recorded outputs are finite")
+        return (
+            f"the network's outputs on the recorded test inputs hold {count} non-finite value(s) of {got64.numel()}; "
+            f"the recorded outputs are finite"
+        )
     beyond = int(((got64 - exp64).abs() > c.tolerance.atol + c.tolerance.rtol * exp64.abs()).sum())
-    return (f"outputs differ from those recorded at save time: max abs difference {c.max_abs:.3g} (max rel {c.max_rel:.3g}); "
-            f"{beyond} of {got64.numel()} values beyond atol {c.tolerance.atol:g} + rtol {c.tolerance.rtol:g} * |recorded|")
+    return (
+        f"outputs differ from those recorded at save time: max abs difference {c.max_abs:.3g} (max rel {c.max_rel:.3g}); "
+        f"{beyond} of {got64.numel()} values beyond atol {c.tolerance.atol:g} + rtol {c.tolerance.rtol:g} * |recorded|"
+    )
 
 
-def audit_checkpoints(root: Path, build_network: Callable | None = None, device: str | None = None) -> list[CheckpointAudit]:
+def audit_checkpoints(
+    root: Path, build_network: Callable | None = None, device: str | None = None
+) -> list[CheckpointAudit]:
     """Audit every ``*.ckpt`` under ``root``; other files are listed as skipped. ``build_network`` defaults to the model's."""
     root = Path(root)
     import_problem = ""

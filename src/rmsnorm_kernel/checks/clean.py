@@ -63,31 +63,51 @@ SCOPES = ("generated",)
 
 #: The commands that write ``<outputs>/<command>.json`` (the subcommands of ``checks.cli``).
 REPORT_COMMANDS = (
-    "environment", "reference", "check-forward", "check-backward", "check-gamma", "negative", "exercise",
-    "profile", "compile-report", "figures", "check-checkpoints", "clean", "benchmark", "benchmark-sweep",
+    "environment",
+    "reference",
+    "check-forward",
+    "check-backward",
+    "check-gamma",
+    "negative",
+    "exercise",
+    "profile",
+    "compile-report",
+    "figures",
+    "check-checkpoints",
+    "clean",
+    "benchmark",
+    "benchmark-sweep",
 )
 #: The PNG files of the ``figures`` command (``figures.FIGURES``).
 FIGURE_FILES = ("training_mse.png", "check_errors.png", "benchmark.png", "benchmark_sweep.png")
 #: Folders the commands create by these names, removed when empty even if they held nothing.
-LAYOUT_FOLDERS = frozenset(GENERATED_TOP_LEVEL) | {"outputs/figures", "outputs/compile-report", "outputs/hydra", "outputs/hydra/multirun"}
+LAYOUT_FOLDERS = frozenset(GENERATED_TOP_LEVEL) | {
+    "outputs/figures",
+    "outputs/compile-report",
+    "outputs/hydra",
+    "outputs/hydra/multirun",
+}
 
 _HYDRA = r"(?:outputs/hydra|multirun)(?:/[^/]+)+"
 _VERSION = r"[^/]+/version_\d+"
 _CACHE = r"(?:(?:%s)/(?:[^/]+/)*)?%s" % ("|".join(re.escape(t) for t in PYTHON_TREES), CACHE_DIR_NAME)
-_STATIC_PATTERNS = [re.compile(p) for p in (
-    r"outputs/(?:%s)\.json" % "|".join(re.escape(c) for c in REPORT_COMMANDS),
-    r"outputs/figures/(?:%s)" % "|".join(re.escape(f) for f in FIGURE_FILES),
-    r"outputs/benchmark-sweep\.part\d+of\d+(?:\.after\d+)?\.(?:json|tmp)(?:\.prev\d+)?",
-    r"outputs/benchmark-sweep\.md",
-    r"outputs/compile-report/inductor_output_\d+\.py",
-    rf"{_HYDRA}/multirun\.yaml",
-    rf"runs/{_VERSION}/(?:events\.out\.tfevents\.[^/]+|hparams\.yaml)",
-    r"runs/summary_[^/]+\.(?:md|json)",
-    rf"checkpoints/{_VERSION}/(?:step\d+(?:-v\d+)?\.ckpt|last(?:-v\d+)?\.ckpt|final\.ckpt|hpc_ckpt_\d+\.ckpt|\.[^/]+\.ckpt\.\d+\.tmp|\.run\.lock)",
-    r"(?:runs|checkpoints)/\.write-probe\.\d+",
-    r"\.pytest_cache/.+",
-    rf"{_CACHE}/[^/]+\.pyc",
-)]
+_STATIC_PATTERNS = [
+    re.compile(p)
+    for p in (
+        r"outputs/(?:%s)\.json" % "|".join(re.escape(c) for c in REPORT_COMMANDS),
+        r"outputs/figures/(?:%s)" % "|".join(re.escape(f) for f in FIGURE_FILES),
+        r"outputs/benchmark-sweep\.part\d+of\d+(?:\.after\d+)?\.(?:json|tmp)(?:\.prev\d+)?",
+        r"outputs/benchmark-sweep\.md",
+        r"outputs/compile-report/inductor_output_\d+\.py",
+        rf"{_HYDRA}/multirun\.yaml",
+        rf"runs/{_VERSION}/(?:events\.out\.tfevents\.[^/]+|hparams\.yaml)",
+        r"runs/summary_[^/]+\.(?:md|json)",
+        rf"checkpoints/{_VERSION}/(?:step\d+(?:-v\d+)?\.ckpt|last(?:-v\d+)?\.ckpt|final\.ckpt|hpc_ckpt_\d+\.ckpt|\.[^/]+\.ckpt\.\d+\.tmp|\.run\.lock)",
+        r"(?:runs|checkpoints)/\.write-probe\.\d+",
+        r"\.pytest_cache/.+",
+        rf"{_CACHE}/[^/]+\.pyc",
+    )
+]
 #: Hydra's files of one job, generated only where ``<job>/.hydra/hydra.yaml`` exists.
 _HYDRA_JOB_FILE = re.compile(rf"(?P<job>{_HYDRA})/(?:\.hydra/(?:config|hydra|overrides)\.yaml|train\.log)")
 _LAYOUT_FOLDER = re.compile(rf"(?:runs|checkpoints)/[^/]+(?:/version_\d+)?|\.pytest_cache/.+|{_CACHE}")
@@ -141,10 +161,12 @@ def require_project_root(directory: Path) -> Path:
     root = Path(directory).resolve()
     name = project_name(root / "pyproject.toml")
     if name != PROJECT_NAME:
-        found = "no pyproject.toml" if not (root / "pyproject.toml").is_file() else f"a pyproject.toml of project {name!r}"
+        found = (
+            "no pyproject.toml" if not (root / "pyproject.toml").is_file() else f"a pyproject.toml of project {name!r}"
+        )
         raise NotTheProject(
             f"clean: {root} has {found}; accepted: the root of the {PROJECT_NAME} project "
-            f"(the directory whose pyproject.toml has name = \"{PROJECT_NAME}\"); run it there or pass --project"
+            f'(the directory whose pyproject.toml has name = "{PROJECT_NAME}"); run it there or pass --project'
         )
     return root
 
@@ -206,7 +228,9 @@ def _plan_folder(root: Path, folder: Path, remove: list[str], kept: list[Removal
 def _cache_folders(root: Path) -> list[Path]:
     """The ``__pycache__`` folders of the root and of the project's Python trees (no link followed,
     no environment entered)."""
-    found = [root / CACHE_DIR_NAME] if (root / CACHE_DIR_NAME).is_dir() and not (root / CACHE_DIR_NAME).is_symlink() else []
+    found = (
+        [root / CACHE_DIR_NAME] if (root / CACHE_DIR_NAME).is_dir() and not (root / CACHE_DIR_NAME).is_symlink() else []
+    )
     for tree in PYTHON_TREES:
         top = root / tree
         if top.is_symlink() or not top.is_dir():

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from ..ops.backend import backend, kernel_device_type
 from ..ops.tolerances import TOLERANCES
@@ -55,24 +55,34 @@ def cmd_environment(args) -> int:
     _header("environment")
     facts = environment.environment_facts()
     print(format_table(["item", "value"], [(f.item, f.value) for f in facts]))
-    print(f"\nproof that the Triton path runs here: one {environment.PROOF_SHAPE} {dtype_name(environment.PROOF_DTYPE)} forward and backward against the oracle")
+    print(
+        f"\nproof that the Triton path runs here: one {environment.PROOF_SHAPE} {dtype_name(environment.PROOF_DTYPE)} forward and backward against the oracle"
+    )
     proof = environment.environment_proof()
-    print(format_table(
-        ["campaign", "dtype", "shape", "max abs", "max rel", "verdict", "error"],
-        [(c.campaign, c.dtype, c.shape, c.max_abs, c.max_rel, verdict(c.ok), c.error) for c in proof],
-    ))
+    print(
+        format_table(
+            ["campaign", "dtype", "shape", "max abs", "max rel", "verdict", "error"],
+            [(c.campaign, c.dtype, c.shape, c.max_abs, c.max_rel, verdict(c.ok), c.error) for c in proof],
+        )
+    )
     ok = all(c.ok for c in proof)
     path = write_report(args.outputs, "environment", ok, {"facts": {f.item: f.value for f in facts}, "proof": proof})
-    return _finish(ok, path, "the Triton path computes the oracle's values on this machine" if ok else "the Triton path does not work here")
+    return _finish(
+        ok,
+        path,
+        "the Triton path computes the oracle's values on this machine" if ok else "the Triton path does not work here",
+    )
 
 
 def cmd_reference(args) -> int:
     _header("reference: the oracle's gradients")
     results = gradients.reference_checks()
-    print(format_table(
-        ["check", "dtype", "shape", "max abs", "max rel", "verdict", "detail"],
-        [(r.check, r.dtype, r.shape, r.max_abs, r.max_rel, verdict(r.ok), r.detail) for r in results],
-    ))
+    print(
+        format_table(
+            ["check", "dtype", "shape", "max abs", "max rel", "verdict", "detail"],
+            [(r.check, r.dtype, r.shape, r.max_abs, r.max_rel, verdict(r.ok), r.detail) for r in results],
+        )
+    )
     ok = all(r.ok for r in results)
     path = write_report(args.outputs, "reference", ok, {"cases": results})
     return _finish(ok, path, f"{sum(r.ok for r in results)} of {len(results)} checks hold")
@@ -86,24 +96,34 @@ def _campaign_command(command: str) -> Callable:
         _header(f"{command}: {CAMPAIGN_LABELS[campaign]} of the {args.kernel} kernel against the float64 oracle")
         print(_tolerance_lines() + "\n")
         cases = campaigns.run_campaign(campaign, kernel=args.kernel, shapes=shapes)
-        print(format_table(
-            ["#", "dtype", "shape", "max abs", "max rel", "atol", "rtol", "verdict", "error"],
-            [(c.seed, c.dtype, c.shape, c.max_abs, c.max_rel, c.atol, c.rtol, verdict(c.ok), c.error) for c in cases],
-        ))
+        print(
+            format_table(
+                ["#", "dtype", "shape", "max abs", "max rel", "atol", "rtol", "verdict", "error"],
+                [
+                    (c.seed, c.dtype, c.shape, c.max_abs, c.max_rel, c.atol, c.rtol, verdict(c.ok), c.error)
+                    for c in cases
+                ],
+            )
+        )
         worst = campaigns.worst_per_dtype(cases)
         passed = sum(c.ok for c in cases)
         print(f"\n{passed} of {len(cases)} cases pass. Worst case per dtype:")
         for dt, c in worst.items():
             print(f"  {dt:9s} {cell(c.shape):14s} max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} ({verdict(c.ok)})")
         ok = passed == len(cases)
-        path = write_report(args.outputs, command, ok, {
-            "campaign": campaign,
-            "kernel": args.kernel,
-            "quick": args.quick,
-            "tolerances": {dtype_name(d): dataclasses.asdict(t) for d, t in TOLERANCES.items()},
-            "summary": {"cases": len(cases), "passed": passed, "worst_per_dtype": worst},
-            "cases": cases,
-        })
+        path = write_report(
+            args.outputs,
+            command,
+            ok,
+            {
+                "campaign": campaign,
+                "kernel": args.kernel,
+                "quick": args.quick,
+                "tolerances": {dtype_name(d): dataclasses.asdict(t) for d, t in TOLERANCES.items()},
+                "summary": {"cases": len(cases), "passed": passed, "worst_per_dtype": worst},
+                "cases": cases,
+            },
+        )
         return _finish(ok, path, f"{CAMPAIGN_LABELS[campaign]}: {passed}/{len(cases)} cases within tolerance")
 
     return run
@@ -111,8 +131,14 @@ def _campaign_command(command: str) -> Callable:
 
 def cmd_negative(args) -> int:
     _header("negative: contract violations refused before any launch; the BLOCK-denominator mutant caught")
-    results, mutant_cases = negative.negative_checks(mutant_shapes=campaigns.QUICK_SHAPES if args.quick else campaigns.FULL_SHAPES)
-    print(format_table(["kind", "case", "verdict", "outcome"], [(r.kind, r.name, verdict(r.ok), r.outcome) for r in results]))
+    results, mutant_cases = negative.negative_checks(
+        mutant_shapes=campaigns.QUICK_SHAPES if args.quick else campaigns.FULL_SHAPES
+    )
+    print(
+        format_table(
+            ["kind", "case", "verdict", "outcome"], [(r.kind, r.name, verdict(r.ok), r.outcome) for r in results]
+        )
+    )
     ok = all(r.ok for r in results)
     path = write_report(args.outputs, "negative", ok, {"cases": results, "mutant_campaign_cases": mutant_cases})
     return _finish(ok, path, f"{sum(r.ok for r in results)} of {len(results)} negative checks hold")
@@ -121,10 +147,25 @@ def cmd_negative(args) -> int:
 def cmd_exercise(args) -> int:
     _header("exercise: mean over N, not over BLOCK = next_power_of_2(N)")
     rows = exercise.exercise()
-    print(format_table(
-        ["what", "N", "kernel", "value", "by hand", "max |diff| vs oracle", "agrees", "should agree", "verdict"],
-        [(r.what, r.n, r.kernel, digits(r.value), digits(r.predicted), r.max_abs_vs_reference, r.agrees_with_reference, r.should_agree, verdict(r.ok)) for r in rows],
-    ))
+    print(
+        format_table(
+            ["what", "N", "kernel", "value", "by hand", "max |diff| vs oracle", "agrees", "should agree", "verdict"],
+            [
+                (
+                    r.what,
+                    r.n,
+                    r.kernel,
+                    digits(r.value),
+                    digits(r.predicted),
+                    r.max_abs_vs_reference,
+                    r.agrees_with_reference,
+                    r.should_agree,
+                    verdict(r.ok),
+                )
+                for r in rows
+            ],
+        )
+    )
     print(
         "\nvalue: the first output coordinate (forward) or max |dx - dx_oracle| (backward).\n"
         "At N = 257 the broken kernel divides by BLOCK = 512: 1/sqrt(257/512 + eps) = 1.411458 instead of 0.9999995.\n"
@@ -132,7 +173,11 @@ def cmd_exercise(args) -> int:
     )
     ok = all(r.ok for r in rows)
     path = write_report(args.outputs, "exercise", ok, {"rows": rows})
-    return _finish(ok, path, "each kernel behaves as worked out by hand" if ok else "a kernel does not behave as worked out by hand")
+    return _finish(
+        ok,
+        path,
+        "each kernel behaves as worked out by hand" if ok else "a kernel does not behave as worked out by hand",
+    )
 
 
 def cmd_profile(args) -> int:
@@ -140,42 +185,74 @@ def cmd_profile(args) -> int:
     rows = profile.profile_counts(shape=tuple(args.shape))
     unit = rows[0].unit if rows else ""
     if kernel_device_type() != "cuda":
-        print("No GPU: these are CPU operator counts (aten operators, Inductor C++ kernels), not GPU kernel launches.\n")
-    print(format_table(
-        ["path", "phase", unit, "Triton op calls", "verdict", "detail"],
-        [(r.path, r.phase, r.count, f"fwd {r.triton_calls['forward']}, bwd {r.triton_calls['backward']}", verdict(r.ok), r.detail) for r in rows],
-    ))
+        print(
+            "No GPU: these are CPU operator counts (aten operators, Inductor C++ kernels), not GPU kernel launches.\n"
+        )
+    print(
+        format_table(
+            ["path", "phase", unit, "Triton op calls", "verdict", "detail"],
+            [
+                (
+                    r.path,
+                    r.phase,
+                    r.count,
+                    f"fwd {r.triton_calls['forward']}, bwd {r.triton_calls['backward']}",
+                    verdict(r.ok),
+                    r.detail,
+                )
+                for r in rows
+            ],
+        )
+    )
     ok = all(r.ok for r in rows)
     path = write_report(args.outputs, "profile", ok, {"shape": list(args.shape), "unit": unit, "rows": rows})
-    return _finish(ok, path, "each path profiled; the Triton path ran exactly once per phase" if ok else "a profile is not as expected")
+    return _finish(
+        ok,
+        path,
+        "each path profiled; the Triton path ran exactly once per phase" if ok else "a profile is not as expected",
+    )
 
 
 def cmd_compile_report(args) -> int:
     _header("compile-report: Linear -> RMSNorm (Triton) -> SiLU -> Linear under torch.compile(fullgraph=True)")
     code_dir = args.outputs / "compile-report"
     rep = compile_report.compile_report(code_dir)
-    print(format_table(["item", "value"], [
-        ("graphs", rep.graph_count),
-        ("graph breaks", rep.graph_break_count),
-        ("break reasons", "; ".join(rep.break_reasons) or "none"),
-        ("Triton op calls in one compiled step", f"fwd {rep.triton_calls['forward']}, bwd {rep.triton_calls['backward']}"),
-        ("compiled output vs eager, max abs", rep.max_abs_output),
-        ("compiled gradients match eager", rep.grads_match),
-        ("generated code saved", ", ".join(rep.code_files) or "none"),
-    ]))
+    print(
+        format_table(
+            ["item", "value"],
+            [
+                ("graphs", rep.graph_count),
+                ("graph breaks", rep.graph_break_count),
+                ("break reasons", "; ".join(rep.break_reasons) or "none"),
+                (
+                    "Triton op calls in one compiled step",
+                    f"fwd {rep.triton_calls['forward']}, bwd {rep.triton_calls['backward']}",
+                ),
+                ("compiled output vs eager, max abs", rep.max_abs_output),
+                ("compiled gradients match eager", rep.grads_match),
+                ("generated code saved", ", ".join(rep.code_files) or "none"),
+            ],
+        )
+    )
     print("\nThe custom ops are called from Inductor's wrapper as extern calls, outside its generated kernels:")
     for excerpt in rep.excerpts:
         print("\n" + excerpt)
     for problem in rep.problems:
         print(f"\nproblem: {problem}")
     path = write_report(args.outputs, "compile-report", rep.ok, {"report": rep})
-    return _finish(rep.ok, path, "no graph break; the op is one opaque call in the compiled code" if rep.ok else "see the problems above")
+    return _finish(
+        rep.ok,
+        path,
+        "no graph break; the op is one opaque call in the compiled code" if rep.ok else "see the problems above",
+    )
 
 
 def cmd_figures(args) -> int:
     print("== figures ==\n")
     reports = {CAMPAIGN_LABELS[c]: args.outputs / f"{cmd}.json" for cmd, c in CAMPAIGN_COMMANDS.items()}
-    results = figures.make_figures(args.outputs / "figures", args.runs, reports, args.benchmark, args.outputs / "benchmark-sweep.json")
+    results = figures.make_figures(
+        args.outputs / "figures", args.runs, reports, args.benchmark, args.outputs / "benchmark-sweep.json"
+    )
     print(format_table(["figure", "status", "detail"], [(r.name, r.status, r.detail) for r in results]))
     written = [r for r in results if r.status == "written"]
     failed = [r for r in results if r.status == "failed"]
@@ -183,7 +260,12 @@ def cmd_figures(args) -> int:
     path = write_report(args.outputs, "figures", ok, {"figures": results, "what_each_shows": figures.FIGURES})
     if not written:
         return _finish(False, path, "no figure could be drawn: none of their inputs exist yet")
-    return _finish(ok, path, f"{len(written)} figure(s) in {args.outputs / 'figures'}" + (f"; {len(failed)} could not be drawn from their inputs" if failed else ""))
+    return _finish(
+        ok,
+        path,
+        f"{len(written)} figure(s) in {args.outputs / 'figures'}"
+        + (f"; {len(failed)} could not be drawn from their inputs" if failed else ""),
+    )
 
 
 def cmd_check_checkpoints(args) -> int:
@@ -191,16 +273,30 @@ def cmd_check_checkpoints(args) -> int:
     results = checkpoint_audit.audit_checkpoints(args.checkpoints)
     audited = [r for r in results if r.stage != "skipped"]
     if results:
-        print(format_table(
-            ["file", "stage", "verdict", "max abs", "detail"],
-            [(r.file, r.stage, "-" if r.stage == "skipped" else verdict(r.ok), r.max_abs, r.detail) for r in results],
-        ))
+        print(
+            format_table(
+                ["file", "stage", "verdict", "max abs", "detail"],
+                [
+                    (r.file, r.stage, "-" if r.stage == "skipped" else verdict(r.ok), r.max_abs, r.detail)
+                    for r in results
+                ],
+            )
+        )
     ok = bool(audited) and all(r.ok for r in results)
     path = write_report(args.outputs, "check-checkpoints", ok, {"root": str(args.checkpoints), "files": results})
     if not audited:
-        return _finish(False, path, f"no {checkpoint_audit.CHECKPOINT_SUFFIX} file under {args.checkpoints}: nothing was verified (run train.py first)")
+        return _finish(
+            False,
+            path,
+            f"no {checkpoint_audit.CHECKPOINT_SUFFIX} file under {args.checkpoints}: nothing was verified (run train.py first)",
+        )
     bad = [r for r in audited if not r.ok]
-    return _finish(ok, path, f"{len(audited) - len(bad)} of {len(audited)} checkpoint(s) verified" + (f"; failing: {', '.join(r.file for r in bad)}" if bad else ""))
+    return _finish(
+        ok,
+        path,
+        f"{len(audited) - len(bad)} of {len(audited)} checkpoint(s) verified"
+        + (f"; failing: {', '.join(r.file for r in bad)}" if bad else ""),
+    )
 
 
 def cmd_clean(args) -> int:
@@ -229,7 +325,12 @@ def cmd_clean(args) -> int:
         f"{len(kept)} path(s) kept" + (f"; {len(failed)} could not be removed" if failed else "")
     )
     if args.outputs is not None:  # never inside a cleaned folder: report_folder_problem refused that
-        path = write_report(args.outputs, "clean", not failed, {"scope": args.scope, "dry_run": args.dry_run, "project": str(root), "paths": entries})
+        path = write_report(
+            args.outputs,
+            "clean",
+            not failed,
+            {"scope": args.scope, "dry_run": args.dry_run, "project": str(root), "paths": entries},
+        )
         print(f"report: {path}")
     return FAILED if failed else OK
 
@@ -238,9 +339,14 @@ def cmd_benchmark(args, extra: list[str]) -> int:
     try:
         from . import benchmark
     except ImportError as exc:
-        print(f"benchmark: the module rmsnorm_kernel.checks.benchmark is not available ({exc}); it defines this command's options and runs it", file=sys.stderr)
+        print(
+            f"benchmark: the module rmsnorm_kernel.checks.benchmark is not available ({exc}); it defines this command's options and runs it",
+            file=sys.stderr,
+        )
         return USAGE
-    parser = argparse.ArgumentParser(prog="rmsnorm-kernel benchmark", description=(benchmark.__doc__ or "").strip().split("\n")[0] or None)
+    parser = argparse.ArgumentParser(
+        prog="rmsnorm-kernel benchmark", description=(benchmark.__doc__ or "").strip().split("\n")[0] or None
+    )
     benchmark.add_arguments(parser)
     return int(benchmark.run(parser.parse_args(extra)))
 
@@ -248,7 +354,9 @@ def cmd_benchmark(args, extra: list[str]) -> int:
 def cmd_benchmark_sweep(args, extra: list[str]) -> int:
     from . import sweep
 
-    parser = argparse.ArgumentParser(prog="rmsnorm-kernel benchmark-sweep", description=(sweep.__doc__ or "").strip().split("\n")[0] or None)
+    parser = argparse.ArgumentParser(
+        prog="rmsnorm-kernel benchmark-sweep", description=(sweep.__doc__ or "").strip().split("\n")[0] or None
+    )
     sweep.add_arguments(parser)
     return int(sweep.run(parser.parse_args(extra)))
 
@@ -264,9 +372,18 @@ def build_parser() -> argparse.ArgumentParser:
         "<outputs>/<command>.json and exits 0 when its checks hold, 1 when one fails.",
     )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--outputs", type=Path, default=Path("outputs"), help="directory for the JSON reports and other files (default: outputs)")
+    common.add_argument(
+        "--outputs",
+        type=Path,
+        default=Path("outputs"),
+        help="directory for the JSON reports and other files (default: outputs)",
+    )
     quick = argparse.ArgumentParser(add_help=False)
-    quick.add_argument("--quick", action="store_true", help=f"{len(campaigns.QUICK_SHAPES)} shapes instead of {len(campaigns.FULL_SHAPES)} (x 3 dtypes), for CI")
+    quick.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"{len(campaigns.QUICK_SHAPES)} shapes instead of {len(campaigns.FULL_SHAPES)} (x 3 dtypes), for CI",
+    )
     sub = parser.add_subparsers(dest="command", metavar="command")
 
     def add(name, handler, help_text, parents=(common,), **kw):
@@ -274,38 +391,110 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
-    add("environment", cmd_environment, "versions, GPU and driver (or none), backend, and one checked call of the Triton path")
+    add(
+        "environment",
+        cmd_environment,
+        "versions, GPU and driver (or none), backend, and one checked call of the Triton path",
+    )
     add("reference", cmd_reference, "float64 gradcheck of the oracle, and its hand-written backward against autograd")
     for command, campaign in CAMPAIGN_COMMANDS.items():
-        p = add(command, _campaign_command(command),
-                f"{CAMPAIGN_LABELS[campaign]} of the Triton path against the oracle: {len(campaigns.FULL_SHAPES) * len(campaigns.DTYPES)} cases "
-                "(irregular shapes, float32/float16/bfloat16, gamma not all ones)", parents=(common, quick))
-        p.add_argument("--kernel", choices=sorted(campaigns.KERNELS[campaign]), default="triton",
-                       help="the kernel under test; block-mean is the deliberately broken variant (denominator BLOCK), which must fail")
-    add("negative", cmd_negative, "every contract violation refused with ContractError before any kernel launch; the BLOCK-denominator mutant caught by the campaigns", parents=(common, quick))
-    add("exercise", cmd_exercise, "a row of 257 ones through the correct and the BLOCK-denominator kernels (0.9999995 vs 1.411458), the same at N = 256, and the broken backward")
-    p = add("profile", cmd_profile, "torch.profiler kernel counts of one forward and one forward+backward: reference, Triton, torch.compile(reference) (CPU operator counts without a GPU)")
-    p.add_argument("--shape", type=int, nargs=2, metavar=("M", "N"), default=[64, 257], help="input shape (default: 64 257)")
-    add("compile-report", cmd_compile_report, "graph breaks under torch.compile(fullgraph=True) (must be 0), Inductor's code saved, and the op's opaque call in it")
+        p = add(
+            command,
+            _campaign_command(command),
+            f"{CAMPAIGN_LABELS[campaign]} of the Triton path against the oracle: {len(campaigns.FULL_SHAPES) * len(campaigns.DTYPES)} cases "
+            "(irregular shapes, float32/float16/bfloat16, gamma not all ones)",
+            parents=(common, quick),
+        )
+        p.add_argument(
+            "--kernel",
+            choices=sorted(campaigns.KERNELS[campaign]),
+            default="triton",
+            help="the kernel under test; block-mean is the deliberately broken variant (denominator BLOCK), which must fail",
+        )
+    add(
+        "negative",
+        cmd_negative,
+        "every contract violation refused with ContractError before any kernel launch; the BLOCK-denominator mutant caught by the campaigns",
+        parents=(common, quick),
+    )
+    add(
+        "exercise",
+        cmd_exercise,
+        "a row of 257 ones through the correct and the BLOCK-denominator kernels (0.9999995 vs 1.411458), the same at N = 256, and the broken backward",
+    )
+    p = add(
+        "profile",
+        cmd_profile,
+        "torch.profiler kernel counts of one forward and one forward+backward: reference, Triton, torch.compile(reference) (CPU operator counts without a GPU)",
+    )
+    p.add_argument(
+        "--shape", type=int, nargs=2, metavar=("M", "N"), default=[64, 257], help="input shape (default: 64 257)"
+    )
+    add(
+        "compile-report",
+        cmd_compile_report,
+        "graph breaks under torch.compile(fullgraph=True) (must be 0), Inductor's code saved, and the op's opaque call in it",
+    )
     figure_help = "\n".join(f"  {name}: {text}" for name, text in figures.FIGURES.items())
-    p = add("figures", cmd_figures, "PNG figures into <outputs>/figures from the training runs, the check reports and the benchmark",
-            epilog="figures:\n" + figure_help + "\n\nA figure whose inputs are missing is reported as skipped.",
-            formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=Path, default=Path("runs"), help="TensorBoard run directories of the training (default: runs)")
+    p = add(
+        "figures",
+        cmd_figures,
+        "PNG figures into <outputs>/figures from the training runs, the check reports and the benchmark",
+        epilog="figures:\n" + figure_help + "\n\nA figure whose inputs are missing is reported as skipped.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--runs", type=Path, default=Path("runs"), help="TensorBoard run directories of the training (default: runs)"
+    )
     p.add_argument("--benchmark", type=Path, default=None, help="benchmark results (default: <outputs>/benchmark.json)")
-    p = add("check-checkpoints", cmd_check_checkpoints, "load every checkpoint, check its keys, rebuild its network and reproduce its recorded test outputs")
-    p.add_argument("--checkpoints", type=Path, default=Path("checkpoints"), help="directory searched for *.ckpt (default: checkpoints)")
-    p = add("clean", cmd_clean, "list (--dry-run) or remove the files this project's commands wrote in outputs/, runs/, checkpoints/, "
-            "multirun/, .pytest_cache and __pycache__, file by file, and the folders left empty; every other file is kept and listed",
-            parents=())
-    p.add_argument("--scope", choices=["generated"], required=True, help="what to remove: 'generated' is the only scope")
-    p.add_argument("--dry-run", action="store_true", help="list every file that would be removed and every file kept; remove and write nothing")
-    p.add_argument("--outputs", type=Path, default=None, help="also write clean.json there; must lie outside the folders clean cleans (default: print only)")
-    p.add_argument("--project", type=Path, default=Path("."), help="the project root; must hold this project's pyproject.toml (default: .)")
+    p = add(
+        "check-checkpoints",
+        cmd_check_checkpoints,
+        "load every checkpoint, check its keys, rebuild its network and reproduce its recorded test outputs",
+    )
+    p.add_argument(
+        "--checkpoints",
+        type=Path,
+        default=Path("checkpoints"),
+        help="directory searched for *.ckpt (default: checkpoints)",
+    )
+    p = add(
+        "clean",
+        cmd_clean,
+        "list (--dry-run) or remove the files this project's commands wrote in outputs/, runs/, checkpoints/, "
+        "multirun/, .pytest_cache and __pycache__, file by file, and the folders left empty; every other file is kept and listed",
+        parents=(),
+    )
+    p.add_argument(
+        "--scope", choices=["generated"], required=True, help="what to remove: 'generated' is the only scope"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list every file that would be removed and every file kept; remove and write nothing",
+    )
+    p.add_argument(
+        "--outputs",
+        type=Path,
+        default=None,
+        help="also write clean.json there; must lie outside the folders clean cleans (default: print only)",
+    )
+    p.add_argument(
+        "--project",
+        type=Path,
+        default=Path("."),
+        help="the project root; must hold this project's pyproject.toml (default: .)",
+    )
     # Its options are defined by rmsnorm_kernel.checks.benchmark, imported only when this command runs.
-    sub.add_parser("benchmark", help="time the kernels (options: rmsnorm-kernel benchmark --help)", add_help=False).set_defaults(handler=None)
-    sub.add_parser("benchmark-sweep", help="issue 19's sweep of hidden sizes, in parts, and their merge "
-                   "(options: rmsnorm-kernel benchmark-sweep --help)", add_help=False).set_defaults(handler=None)
+    sub.add_parser(
+        "benchmark", help="time the kernels (options: rmsnorm-kernel benchmark --help)", add_help=False
+    ).set_defaults(handler=None)
+    sub.add_parser(
+        "benchmark-sweep",
+        help="issue 19's sweep of hidden sizes, in parts, and their merge "
+        "(options: rmsnorm-kernel benchmark-sweep --help)",
+        add_help=False,
+    ).set_defaults(handler=None)
     return parser
 
 

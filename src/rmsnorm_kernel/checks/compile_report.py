@@ -136,8 +136,9 @@ def compile_report(code_dir: Path, batch: int = 8, device: str | None = None) ->
     except Exception as e:  # noqa: BLE001 - fullgraph=True raises at the first graph break
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
         problems = [f"graph break (torch.compile(fullgraph=True) refused the network): {reason}"]
-        return CompileReport(len(graphs), 1, [reason], [], [], [], math.nan,
-                             False, False, {"forward": 0, "backward": 0}, False, problems)
+        return CompileReport(
+            len(graphs), 1, [reason], [], [], [], math.nan, False, False, {"forward": 0, "backward": 0}, False, problems
+        )
 
     eager = net(x)
     eager.sum().backward()
@@ -174,7 +175,9 @@ def compile_report(code_dir: Path, batch: int = 8, device: str | None = None) ->
         problems.append("Inductor produced no code to inspect")
     for op in ("rmsnorm", "rmsnorm_backward"):
         if not any(f"rmsnorm_kernel.{op}.default(" in line for line in op_calls):
-            problems.append(f"torch.ops.rmsnorm_kernel.{op} is not called in the generated code (inlined, fused or missing)")
+            problems.append(
+                f"torch.ops.rmsnorm_kernel.{op} is not called in the generated code (inlined, fused or missing)"
+            )
     if calls_made != {"forward": 1, "backward": 1}:
         problems.append(f"the compiled step called the Triton op {calls_made}, expected one forward and one backward")
     if not c.ok:
@@ -182,6 +185,16 @@ def compile_report(code_dir: Path, batch: int = 8, device: str | None = None) ->
     if not grads_ok:
         problems.append("compiled gradients differ from eager")
     return CompileReport(
-        len(graphs), 0, [], files, op_calls, excerpts,
-        c.max_abs, c.ok, grads_ok, calls_made, not problems, problems,
+        len(graphs),
+        0,
+        [],
+        files,
+        op_calls,
+        excerpts,
+        c.max_abs,
+        c.ok,
+        grads_ok,
+        calls_made,
+        not problems,
+        problems,
     )

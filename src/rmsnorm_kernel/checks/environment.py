@@ -40,7 +40,10 @@ def _driver_version() -> str:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, check=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
         )
         return out.stdout.strip().splitlines()[0]
     except (subprocess.SubprocessError, OSError, IndexError) as exc:
@@ -68,7 +71,9 @@ def environment_facts() -> list[Fact]:
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
-            facts.append(Fact(f"GPU {i}", f"{p.name}, {p.total_memory / 2**30:.0f} GiB, compute capability {p.major}.{p.minor}"))
+            facts.append(
+                Fact(f"GPU {i}", f"{p.name}, {p.total_memory / 2**30:.0f} GiB, compute capability {p.major}.{p.minor}")
+            )
         facts.append(Fact("GPU driver", _driver_version()))
     else:
         facts.append(Fact("GPU", "none"))

@@ -16,8 +16,8 @@ from ..ops.backend import kernel_device_type
 from ..ops.op import rmsnorm
 from ..ops.reference import DEFAULT_EPS, oracle
 from ..ops.tolerances import compare
-from .campaigns import triton_dx
 from ..testing import make_inputs
+from .campaigns import triton_dx
 from .mutants import dx_block_mean, forward_block_mean
 
 EXERCISE_NS = (257, 256)
@@ -54,9 +54,33 @@ def exercise(eps: float = DEFAULT_EPS, device: str | None = None) -> list[Exerci
             by_hand = compare(y, torch.full_like(y, predicted)).ok
             c = compare(y, y_ref)
             should_agree = kernel == "triton" or n == block
-            rows.append(ExerciseRow("forward, row of ones", n, kernel, float(y.flatten()[0]), predicted, c.max_abs, c.ok, should_agree, by_hand and c.ok == should_agree))
+            rows.append(
+                ExerciseRow(
+                    "forward, row of ones",
+                    n,
+                    kernel,
+                    float(y.flatten()[0]),
+                    predicted,
+                    c.max_abs,
+                    c.ok,
+                    should_agree,
+                    by_hand and c.ok == should_agree,
+                )
+            )
         for kernel, fn in (("triton", triton_dx), ("block-mean", dx_block_mean)):
             c = compare(fn(dy, x, gamma, eps), dx_ref)
             should_agree = kernel == "triton" or n == block
-            rows.append(ExerciseRow("backward dx, row of ones, random dy", n, kernel, c.max_abs, math.nan, c.max_abs, c.ok, should_agree, c.ok == should_agree))
+            rows.append(
+                ExerciseRow(
+                    "backward dx, row of ones, random dy",
+                    n,
+                    kernel,
+                    c.max_abs,
+                    math.nan,
+                    c.max_abs,
+                    c.ok,
+                    should_agree,
+                    c.ok == should_agree,
+                )
+            )
     return rows

@@ -88,7 +88,9 @@ def read_training_scalars(runs_dir: Path) -> dict[str, dict[str, tuple[list[int]
     event_dirs = sorted({p.parent for p in Path(runs_dir).rglob("events.out.tfevents*") if p.is_file()})
     for d in event_dirs:
         every = read_scalars(d)
-        scalars = {tag: ([s for s, _ in every[tag]], [v for _, v in every[tag]]) for tag in TRAINING_TAGS if tag in every}
+        scalars = {
+            tag: ([s for s, _ in every[tag]], [v for _, v in every[tag]]) for tag in TRAINING_TAGS if tag in every
+        }
         runs[str(d.relative_to(runs_dir))] = scalars
     return runs
 
@@ -101,7 +103,9 @@ def training_figure(runs_dir: Path, out: Path) -> FigureResult:
     try:
         runs = read_training_scalars(runs_dir)
     except Exception as exc:
-        return FigureResult(name, "failed", f"could not read the event files under {runs_dir}: {type(exc).__name__}: {exc}")
+        return FigureResult(
+            name, "failed", f"could not read the event files under {runs_dir}: {type(exc).__name__}: {exc}"
+        )
     if not runs:
         return FigureResult(name, "skipped", f"no TensorBoard event files under {runs_dir}/")
     usable = {label: s for label, s in runs.items() if s}
@@ -127,9 +131,15 @@ def training_figure(runs_dir: Path, out: Path) -> FigureResult:
             steps, values = scalars[tag]
             triton = run_path(label) == "triton"
             ax.plot(
-                steps, values, "--" if triton else "-", linewidth=1.3 if triton else 3.0, alpha=1.0 if triton else 0.6,
-                marker="o" if len(steps) < 30 else None, markersize=3,
-                color=colors[pairs.index(_pair_key(label)) % len(colors)], label=label,
+                steps,
+                values,
+                "--" if triton else "-",
+                linewidth=1.3 if triton else 3.0,
+                alpha=1.0 if triton else 0.6,
+                marker="o" if len(steps) < 30 else None,
+                markersize=3,
+                color=colors[pairs.index(_pair_key(label)) % len(colors)],
+                label=label,
             )
             series.append(f"{label} {tag}")
         ax.set_title(tag)
@@ -162,7 +172,9 @@ def check_errors_figure(reports: dict[str, Path], out: Path) -> FigureResult:
             continue
         try:
             cases = json.loads(path.read_text())["cases"]
-            loaded[label] = [(c["dtype"], float(c["max_abs"]), float(c["max_rel"]), float(c["atol"]), bool(c["ok"])) for c in cases]
+            loaded[label] = [
+                (c["dtype"], float(c["max_abs"]), float(c["max_rel"]), float(c["atol"]), bool(c["ok"])) for c in cases
+            ]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             notes.append(f"{label}: {path} is not a check report ({type(exc).__name__}: {exc})")
     if not loaded:
@@ -199,7 +211,9 @@ def check_errors_figure(reports: dict[str, Path], out: Path) -> FigureResult:
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
-    return FigureResult(name, "written", "; ".join([f"{k}: {len(v)} cases" for k, v in loaded.items()] + notes), str(out), series)
+    return FigureResult(
+        name, "written", "; ".join([f"{k}: {len(v)} cases" for k, v in loaded.items()] + notes), str(out), series
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -228,7 +242,10 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-_BAR_MEASURES = (("bandwidth_tbps", "bandwidth (TB/s), higher is better"), ("events_us", "time per call (us), lower is better"))
+_BAR_MEASURES = (
+    ("bandwidth_tbps", "bandwidth (TB/s), higher is better"),
+    ("events_us", "time per call (us), lower is better"),
+)
 
 
 def _bar_figure(records: list[dict], data: dict, path: Path, out: Path) -> FigureResult:
@@ -272,7 +289,11 @@ def _bar_figure(records: list[dict], data: dict, path: Path, out: Path) -> Figur
             ax.set_title(f"{mode}: {title}", fontsize=9)
             ax.grid(True, axis="y", alpha=0.3)
             ax.legend(fontsize=7)
-    fig.suptitle(f"Benchmark ({path.name}" + (f", {data.get('device')}" if isinstance(data, dict) and data.get("device") else "") + ")")
+    fig.suptitle(
+        f"Benchmark ({path.name}"
+        + (f", {data.get('device')}" if isinstance(data, dict) and data.get("device") else "")
+        + ")"
+    )
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -293,21 +314,37 @@ def benchmark_figure(benchmark_json: Path, out: Path) -> FigureResult:
         return FigureResult(name, "failed", f"{path} is not readable JSON ({type(exc).__name__}: {exc})")
     records = _records(data)
     if not records:
-        return FigureResult(name, "failed", f"{path} holds no list of result records; accepted: a list of objects, at the top or under 'results'")
-    if isinstance(data, dict) and data.get("timed") is False or not any(_is_number(v) for r in records for k, v in r.items() if _MEASURE.search(k)):
+        return FigureResult(
+            name,
+            "failed",
+            f"{path} holds no list of result records; accepted: a list of objects, at the top or under 'results'",
+        )
+    if (
+        isinstance(data, dict)
+        and data.get("timed") is False
+        or not any(_is_number(v) for r in records for k, v in r.items() if _MEASURE.search(k))
+    ):
         return FigureResult(name, "skipped", f"{path} has no timings (written without a GPU: a correctness-only run)")
-    if all("impl" in r and "mode" in r for r in records) and any(_is_number(r.get(k)) for r in records for k, _ in _BAR_MEASURES):
+    if all("impl" in r and "mode" in r for r in records) and any(
+        _is_number(r.get(k)) for r in records for k, _ in _BAR_MEASURES
+    ):
         return _bar_figure(records, data, path, out)
     x_key = next((k for k in _X_KEYS if all(_is_number(r.get(k)) for r in records)), None)
     if x_key is None:
-        return FigureResult(name, "failed", f"{path}: no numeric row-length field in every record; looked for {', '.join(_X_KEYS)}")
+        return FigureResult(
+            name, "failed", f"{path}: no numeric row-length field in every record; looked for {', '.join(_X_KEYS)}"
+        )
     numeric = sorted({k for r in records for k, v in r.items() if k != x_key and _is_number(v)})
     measures = ([k for k in numeric if _MEASURE.search(k)] or numeric)[:6]
     if not measures:
         return FigureResult(name, "failed", f"{path}: no numeric measurement besides {x_key}")
 
     def variant(r: dict) -> str:
-        parts = [f"{k}={v}" for k, v in sorted(r.items()) if k not in (x_key, *measures) and isinstance(v, (str, int)) and not isinstance(v, bool)]
+        parts = [
+            f"{k}={v}"
+            for k, v in sorted(r.items())
+            if k not in (x_key, *measures) and isinstance(v, (str, int)) and not isinstance(v, bool)
+        ]
         return " ".join(parts) or "all"
 
     plt = _pyplot()
@@ -331,16 +368,27 @@ def benchmark_figure(benchmark_json: Path, out: Path) -> FigureResult:
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
-    return FigureResult(name, "written", f"{len(records)} records, x = {x_key}, panels: {', '.join(measures)}", str(out), series)
+    return FigureResult(
+        name, "written", f"{len(records)} records, x = {x_key}, panels: {', '.join(measures)}", str(out), series
+    )
 
 
 # --------------------------------------------------------------------------------------------------
 # The benchmark sweep (checks/sweep.py, merged by checks/sweep_report.py)
 
-SWEEP_COLORS = {"triton": "tab:red", "compile": "tab:blue", "F.rms_norm": "tab:green", "liger": "tab:purple", "reference": "tab:gray"}
+SWEEP_COLORS = {
+    "triton": "tab:red",
+    "compile": "tab:blue",
+    "F.rms_norm": "tab:green",
+    "liger": "tab:purple",
+    "reference": "tab:gray",
+}
 SWEEP_MARKERS = {"bfloat16": "o", "float16": "^", "float32": "s"}
-SWEEP_PANELS = (("large", "sweep", "large regime (x of 512 MiB)"), ("mid", "sweep", "mid regime (x of 32 MiB)"),
-                ("large", "outside", "outside the sweep (large regime)"))
+SWEEP_PANELS = (
+    ("large", "sweep", "large regime (x of 512 MiB)"),
+    ("mid", "sweep", "mid regime (x of 32 MiB)"),
+    ("large", "outside", "outside the sweep (large regime)"),
+)
 
 
 def sweep_figure(sweep_json: Path, out: Path) -> FigureResult:
@@ -364,7 +412,9 @@ def sweep_figure(sweep_json: Path, out: Path) -> FigureResult:
     from .sweep_measure import best_ceilings
 
     ceilings = best_ceilings(data.get("ceilings", []))  # the report's rule
-    impls = sorted({r["impl"] for r in timed}, key=lambda i: (list(SWEEP_COLORS).index(i) if i in SWEEP_COLORS else 99, i))
+    impls = sorted(
+        {r["impl"] for r in timed}, key=lambda i: (list(SWEEP_COLORS).index(i) if i in SWEEP_COLORS else 99, i)
+    )
 
     plt = _pyplot()
     from matplotlib.lines import Line2D
@@ -383,9 +433,19 @@ def sweep_figure(sweep_json: Path, out: Path) -> FigureResult:
                         continue
                     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
                     if dtype == "bfloat16" and origin == "sweep":
-                        ax.plot(xs, ys, "-", marker=marker, markersize=3, linewidth=1.8 if impl == "triton" else 1.1, color=color)
+                        ax.plot(
+                            xs,
+                            ys,
+                            "-",
+                            marker=marker,
+                            markersize=3,
+                            linewidth=1.8 if impl == "triton" else 1.1,
+                            color=color,
+                        )
                     else:
-                        ax.plot(xs, ys, linestyle="none", marker=marker, markersize=5, color=color, markerfacecolor="none")
+                        ax.plot(
+                            xs, ys, linestyle="none", marker=marker, markersize=5, color=color, markerfacecolor="none"
+                        )
                     series.append(f"{mode} {regime}/{origin} {impl} {dtype}")
             if regime in ceilings:
                 ax.axhline(ceilings[regime], color="black", linestyle=":", linewidth=1)
@@ -397,21 +457,44 @@ def sweep_figure(sweep_json: Path, out: Path) -> FigureResult:
             ax.set_ylabel("TB/s (GPU time)")
             ax.grid(True, alpha=0.3)
     handles = [Line2D([], [], color=SWEEP_COLORS.get(i), label=i) for i in impls]
-    handles += [Line2D([], [], color="black", linestyle="none", marker=m, markerfacecolor="none" if d != "bfloat16" else "black", label=d)
-                for d, m in SWEEP_MARKERS.items()]
+    handles += [
+        Line2D(
+            [],
+            [],
+            color="black",
+            linestyle="none",
+            marker=m,
+            markerfacecolor="none" if d != "bfloat16" else "black",
+            label=d,
+        )
+        for d, m in SWEEP_MARKERS.items()
+    ]
     handles.append(Line2D([], [], color="black", linestyle=":", label="copy ceiling"))
     axes[0][0].legend(handles=handles, fontsize=7, loc="lower right")
-    fig.suptitle(f"Sweep: bandwidth from GPU time (CUDA-graph replays) against N, {data.get('device', '')}; "
-                 f"bfloat16 lines, float16 and float32 open markers", fontsize=10)
+    fig.suptitle(
+        f"Sweep: bandwidth from GPU time (CUDA-graph replays) against N, {data.get('device', '')}; "
+        f"bfloat16 lines, float16 and float32 open markers",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
-    return FigureResult(name, "written", f"{len(timed)} timed rows; panels: {', '.join(m for m in modes)} x {', '.join(p[2] for p in panels)}",
-                        str(out), series)
+    return FigureResult(
+        name,
+        "written",
+        f"{len(timed)} timed rows; panels: {', '.join(m for m in modes)} x {', '.join(p[2] for p in panels)}",
+        str(out),
+        series,
+    )
 
 
-def make_figures(figures_dir: Path, runs_dir: Path, campaign_reports: dict[str, Path], benchmark_json: Path,
-                 sweep_json: Path | None = None) -> list[FigureResult]:
+def make_figures(
+    figures_dir: Path,
+    runs_dir: Path,
+    campaign_reports: dict[str, Path],
+    benchmark_json: Path,
+    sweep_json: Path | None = None,
+) -> list[FigureResult]:
     """All figures into ``figures_dir``; each one independent of the others' inputs."""
     figures_dir = Path(figures_dir)
     figures_dir.mkdir(parents=True, exist_ok=True)

@@ -8,15 +8,15 @@ float64 and in every dtype the kernels accept.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import torch
 
 from ..ops.reference import DEFAULT_EPS, manual_backward, rmsnorm_reference
 from ..ops.tolerances import compare
-from .campaigns import DTYPES
 from ..testing import make_inputs
+from .campaigns import DTYPES
 from .report import dtype_name, one_line
 
 REFERENCE_SHAPES = ((1, 1), (3, 7), (2, 3, 5), (4, 257))
@@ -57,7 +57,10 @@ def reference_checks(shapes: Iterable[Sequence[int]] | None = None) -> list[Refe
             x, gamma, dy = make_inputs(shape, dtype, "cpu", seed=2000 + i)
             dx_auto, dgamma_auto = _autograd(x, gamma, dy, DEFAULT_EPS)
             dx_man, dgamma_man = manual_backward(x, gamma, dy, DEFAULT_EPS)
-            for name, got, want in (("manual dx = autograd", dx_man, dx_auto), ("manual dgamma = autograd", dgamma_man, dgamma_auto)):
+            for name, got, want in (
+                ("manual dx = autograd", dx_man, dx_auto),
+                ("manual dgamma = autograd", dgamma_man, dgamma_auto),
+            ):
                 c = compare(got, want)
                 results.append(ReferenceCheck(name, dtype_name(dtype), shape, c.max_abs, c.max_rel, c.ok))
     return results

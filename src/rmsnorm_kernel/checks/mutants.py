@@ -39,7 +39,7 @@ def block_mean_source(kernel) -> str:
     return mutated.replace(f"def {kernel.fn.__name__}(", f"def {kernel.fn.__name__}_block_mean(", 1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def block_mean_kernel(name: str):
     """The mutant of ``kernels.<name>``, compiled by Triton like the original (from a file, as
     ``triton.jit`` reads its kernel's source)."""
@@ -63,8 +63,15 @@ def _whole_row_plan(x2: torch.Tensor, gamma: torch.Tensor):
         raise ValueError(f"mutants: N = {x2.shape[1]} takes the looped kernels, which have no BLOCK-denominator mutant")
     if p.fwd_two_pass:  # the whole-row forward's settings for these rows instead
         block_m, warps = whole_row_tile(p.bwd_block_n)
-        p = dataclasses.replace(p, fwd_two_pass=False, block_n=p.bwd_block_n, fwd_block_m=block_m, fwd_warps=warps,
-                                fwd_programs=-(-x2.shape[0] // block_m), fwd_stages=1)
+        p = dataclasses.replace(
+            p,
+            fwd_two_pass=False,
+            block_n=p.bwd_block_n,
+            fwd_block_m=block_m,
+            fwd_warps=warps,
+            fwd_programs=-(-x2.shape[0] // block_m),
+            fwd_stages=1,
+        )
     return p
 
 
@@ -76,8 +83,21 @@ def forward_block_mean(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torc
     p = _whole_row_plan(x2, gamma)
     calls = torch.zeros(1, dtype=torch.int32, device=x.device)  # not the operator's counter
     block_mean_kernel("_rmsnorm_fwd_kernel")[(p.fwd_programs,)](
-        x2, gamma, y, calls, x2.shape[0], n, x2.stride(0), n, eps,
-        BLOCK_M=p.fwd_block_m, BLOCK_N=p.block_n, STAGES=p.fwd_stages, VEC=p.vec, num_warps=p.fwd_warps)
+        x2,
+        gamma,
+        y,
+        calls,
+        x2.shape[0],
+        n,
+        x2.stride(0),
+        n,
+        eps,
+        BLOCK_M=p.fwd_block_m,
+        BLOCK_N=p.block_n,
+        STAGES=p.fwd_stages,
+        VEC=p.vec,
+        num_warps=p.fwd_warps,
+    )
     return y
 
 
@@ -91,6 +111,23 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
     partial = torch.empty((max(p.partial_rows, 1), n), dtype=torch.float64, device=x.device)  # dgamma unused
     calls = torch.zeros(1, dtype=torch.int32, device=x.device)
     block_mean_kernel("_rmsnorm_bwd_kernel")[p.bwd_grid[:1]](
-        dy2, x2, gamma, dx, partial, calls, x2.shape[0], n, dy2.stride(0), x2.stride(0), n, eps,
-        BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, FINAL=False, STAGES=p.bwd_stages, VEC=1, num_warps=p.bwd_warps)
+        dy2,
+        x2,
+        gamma,
+        dx,
+        partial,
+        calls,
+        x2.shape[0],
+        n,
+        dy2.stride(0),
+        x2.stride(0),
+        n,
+        eps,
+        BLOCK_M=p.bwd_block_m,
+        BLOCK_N=p.bwd_block_n,
+        FINAL=False,
+        STAGES=p.bwd_stages,
+        VEC=1,
+        num_warps=p.bwd_warps,
+    )
     return dx

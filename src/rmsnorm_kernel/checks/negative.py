@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -22,8 +22,8 @@ from ..ops import kernels
 from ..ops.backend import kernel_device_type
 from ..ops.contract import MAX_N, ContractError
 from ..ops.op import call_counts, rmsnorm
-from .campaigns import FULL_SHAPES, CampaignCase, run_campaign
 from ..testing import make_inputs
+from .campaigns import FULL_SHAPES, CampaignCase, run_campaign
 from .report import is_power_of_two, one_line
 
 
@@ -45,31 +45,133 @@ def _rows_without_one_stride(d: str):
 
 
 CONTRACT_VIOLATIONS: tuple[Violation, ...] = (
-    Violation("x_not_tensor", lambda d: ([[1.0, 2.0]], torch.ones(2, device=d), 1e-6), r"x is a list; accepted: a torch\.Tensor"),
-    Violation("gamma_not_tensor", lambda d: (torch.randn(4, 2, device=d), [1.0, 1.0], 1e-6), r"gamma is a list; accepted: a torch\.Tensor"),
-    Violation("x_float64", lambda d: (torch.randn(4, 6, device=d, dtype=torch.float64), torch.ones(6, device=d, dtype=torch.float64), 1e-6), r"x has dtype torch\.float64; accepted: float32, float16 or bfloat16"),
-    Violation("x_int32", lambda d: (torch.ones(4, 6, device=d, dtype=torch.int32), torch.ones(6, device=d), 1e-6), r"x has dtype torch\.int32; accepted:"),
-    Violation("gamma_float64", lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d, dtype=torch.float64), 1e-6), r"gamma has dtype torch\.float64; accepted:"),
-    Violation("dtypes_differ", lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d, dtype=torch.float16), 1e-6), r"x and gamma have dtypes torch\.float32 and torch\.float16; accepted: the same dtype"),
-    Violation("half_pair_differs", lambda d: (torch.randn(4, 6, device=d, dtype=torch.float16), torch.ones(6, device=d, dtype=torch.bfloat16), 1e-6), r"have dtypes torch\.float16 and torch\.bfloat16; accepted:"),
-    Violation("devices_differ", lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device="meta"), 1e-6), r"x and gamma are on .* and meta; accepted: both on the same device"),
-    Violation("device_not_served", lambda d: (torch.randn(4, 6, device="meta"), torch.ones(6, device="meta"), 1e-6), r"x is on meta; accepted: (cpu|cuda) tensors"),
-    Violation("x_transposed", lambda d: (torch.randn(8, 6, device=d).t(), torch.ones(8, device=d), 1e-6), r"x has a last dimension of stride 6 .*; accepted: a last dimension of stride 1"),
-    Violation("x_every_other_column", lambda d: (torch.randn(4, 12, device=d)[:, ::2], torch.ones(6, device=d), 1e-6), r"x has a last dimension of stride 2 .*; accepted: a last dimension of stride 1"),
-    Violation("x_rows_at_two_strides", _rows_without_one_stride, r"x has rows that no single row stride reaches .*; accepted: .*rows at one uniform stride"),
-    Violation("x_batch_transposed", lambda d: (torch.randn(3, 4, 8, device=d).transpose(0, 1), torch.ones(8, device=d), 1e-6), r"x has rows that no single row stride reaches"),
-    Violation("gamma_not_contiguous", lambda d: (torch.randn(4, 6, device=d), torch.ones(12, device=d)[::2], 1e-6), r"gamma is not contiguous.*; accepted: a contiguous tensor"),
-    Violation("x_0d", lambda d: (torch.tensor(1.0, device=d), torch.ones(1, device=d), 1e-6), r"x is a 0-d tensor; accepted:"),
-    Violation("x_rows_of_zero_elements", lambda d: (torch.randn(4, 0, device=d), torch.ones(0, device=d), 1e-6), rf"x has rows of N = 0 elements \(shape \(4, 0\)\); accepted: 1 <= N <= {MAX_N}"),
-    Violation("gamma_wrong_length", lambda d: (torch.randn(4, 6, device=d), torch.ones(7, device=d), 1e-6), r"gamma has shape \(7,\); accepted: shape \(6,\)"),
-    Violation("gamma_2d", lambda d: (torch.randn(4, 6, device=d), torch.ones(1, 6, device=d), 1e-6), r"gamma has shape \(1, 6\); accepted:"),
-    Violation("eps_zero", lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), 0.0), r"eps is 0\.0; accepted: a finite number > 0"),
-    Violation("eps_negative", lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), -1e-6), r"eps is -1e-06; accepted:"),
-    Violation("eps_nan", lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), float("nan")), r"eps is nan; accepted:"),
-    Violation("eps_inf", lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), float("inf")), r"eps is inf; accepted:"),
-    Violation("eps_bool", lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), True), r"eps is True; accepted:"),
-    Violation("eps_str", lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), "1e-6"), r"eps is '1e-6'; accepted:"),
-    Violation("n_too_large", lambda d: (torch.randn(2, MAX_N + 1, device=d), torch.ones(MAX_N + 1, device=d), 1e-6), rf"x has rows of N = {MAX_N + 1} elements; accepted: N <= {MAX_N}"),
+    Violation(
+        "x_not_tensor",
+        lambda d: ([[1.0, 2.0]], torch.ones(2, device=d), 1e-6),
+        r"x is a list; accepted: a torch\.Tensor",
+    ),
+    Violation(
+        "gamma_not_tensor",
+        lambda d: (torch.randn(4, 2, device=d), [1.0, 1.0], 1e-6),
+        r"gamma is a list; accepted: a torch\.Tensor",
+    ),
+    Violation(
+        "x_float64",
+        lambda d: (
+            torch.randn(4, 6, device=d, dtype=torch.float64),
+            torch.ones(6, device=d, dtype=torch.float64),
+            1e-6,
+        ),
+        r"x has dtype torch\.float64; accepted: float32, float16 or bfloat16",
+    ),
+    Violation(
+        "x_int32",
+        lambda d: (torch.ones(4, 6, device=d, dtype=torch.int32), torch.ones(6, device=d), 1e-6),
+        r"x has dtype torch\.int32; accepted:",
+    ),
+    Violation(
+        "gamma_float64",
+        lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d, dtype=torch.float64), 1e-6),
+        r"gamma has dtype torch\.float64; accepted:",
+    ),
+    Violation(
+        "dtypes_differ",
+        lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d, dtype=torch.float16), 1e-6),
+        r"x and gamma have dtypes torch\.float32 and torch\.float16; accepted: the same dtype",
+    ),
+    Violation(
+        "half_pair_differs",
+        lambda d: (
+            torch.randn(4, 6, device=d, dtype=torch.float16),
+            torch.ones(6, device=d, dtype=torch.bfloat16),
+            1e-6,
+        ),
+        r"have dtypes torch\.float16 and torch\.bfloat16; accepted:",
+    ),
+    Violation(
+        "devices_differ",
+        lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device="meta"), 1e-6),
+        r"x and gamma are on .* and meta; accepted: both on the same device",
+    ),
+    Violation(
+        "device_not_served",
+        lambda d: (torch.randn(4, 6, device="meta"), torch.ones(6, device="meta"), 1e-6),
+        r"x is on meta; accepted: (cpu|cuda) tensors",
+    ),
+    Violation(
+        "x_transposed",
+        lambda d: (torch.randn(8, 6, device=d).t(), torch.ones(8, device=d), 1e-6),
+        r"x has a last dimension of stride 6 .*; accepted: a last dimension of stride 1",
+    ),
+    Violation(
+        "x_every_other_column",
+        lambda d: (torch.randn(4, 12, device=d)[:, ::2], torch.ones(6, device=d), 1e-6),
+        r"x has a last dimension of stride 2 .*; accepted: a last dimension of stride 1",
+    ),
+    Violation(
+        "x_rows_at_two_strides",
+        _rows_without_one_stride,
+        r"x has rows that no single row stride reaches .*; accepted: .*rows at one uniform stride",
+    ),
+    Violation(
+        "x_batch_transposed",
+        lambda d: (torch.randn(3, 4, 8, device=d).transpose(0, 1), torch.ones(8, device=d), 1e-6),
+        r"x has rows that no single row stride reaches",
+    ),
+    Violation(
+        "gamma_not_contiguous",
+        lambda d: (torch.randn(4, 6, device=d), torch.ones(12, device=d)[::2], 1e-6),
+        r"gamma is not contiguous.*; accepted: a contiguous tensor",
+    ),
+    Violation(
+        "x_0d", lambda d: (torch.tensor(1.0, device=d), torch.ones(1, device=d), 1e-6), r"x is a 0-d tensor; accepted:"
+    ),
+    Violation(
+        "x_rows_of_zero_elements",
+        lambda d: (torch.randn(4, 0, device=d), torch.ones(0, device=d), 1e-6),
+        rf"x has rows of N = 0 elements \(shape \(4, 0\)\); accepted: 1 <= N <= {MAX_N}",
+    ),
+    Violation(
+        "gamma_wrong_length",
+        lambda d: (torch.randn(4, 6, device=d), torch.ones(7, device=d), 1e-6),
+        r"gamma has shape \(7,\); accepted: shape \(6,\)",
+    ),
+    Violation(
+        "gamma_2d",
+        lambda d: (torch.randn(4, 6, device=d), torch.ones(1, 6, device=d), 1e-6),
+        r"gamma has shape \(1, 6\); accepted:",
+    ),
+    Violation(
+        "eps_zero",
+        lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), 0.0),
+        r"eps is 0\.0; accepted: a finite number > 0",
+    ),
+    Violation(
+        "eps_negative",
+        lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), -1e-6),
+        r"eps is -1e-06; accepted:",
+    ),
+    Violation(
+        "eps_nan",
+        lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), float("nan")),
+        r"eps is nan; accepted:",
+    ),
+    Violation(
+        "eps_inf",
+        lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), float("inf")),
+        r"eps is inf; accepted:",
+    ),
+    Violation(
+        "eps_bool", lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), True), r"eps is True; accepted:"
+    ),
+    Violation(
+        "eps_str", lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device=d), "1e-6"), r"eps is '1e-6'; accepted:"
+    ),
+    Violation(
+        "n_too_large",
+        lambda d: (torch.randn(2, MAX_N + 1, device=d), torch.ones(MAX_N + 1, device=d), 1e-6),
+        rf"x has rows of N = {MAX_N + 1} elements; accepted: N <= {MAX_N}",
+    ),
 )
 
 
@@ -170,7 +272,9 @@ def _control_case(device: str) -> NegativeCase:
         return NegativeCase("control", name, expected, f"tripped: {exc}", True)
     except Exception as exc:
         return NegativeCase("control", name, expected, f"raised {one_line(exc)}", False)
-    return NegativeCase("control", name, expected, "ran without touching ops/kernels.py: the tripwire sees nothing", False)
+    return NegativeCase(
+        "control", name, expected, "ran without touching ops/kernels.py: the tripwire sees nothing", False
+    )
 
 
 def _mutant_case(campaign: str, shapes, device: str) -> tuple[NegativeCase, list[CampaignCase]]:
@@ -192,7 +296,13 @@ def _mutant_case(campaign: str, shapes, device: str) -> tuple[NegativeCase, list
     if caught_at_pow2:
         outcome += f"; also failed at a power of two N, which the BLOCK defect cannot explain: {sorted({c.shape[-1] for c in caught_at_pow2})}"
     return (
-        NegativeCase("mutant", f"{campaign} with denominator BLOCK", "the campaign fails (at least one case)", outcome, bool(caught)),
+        NegativeCase(
+            "mutant",
+            f"{campaign} with denominator BLOCK",
+            "the campaign fails (at least one case)",
+            outcome,
+            bool(caught),
+        ),
         cases,
     )
 

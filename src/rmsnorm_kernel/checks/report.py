@@ -7,8 +7,8 @@ import datetime
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 

@@ -93,8 +93,18 @@ from ..ops.backend import CUDA, backend
 from . import benchmark as bm
 from .report import outputs_problem
 from .sweep_measure import (
-    GPU_REP_MS, GPU_WARMUP_MS, GRAPH_WARMUP_CALLS, WHOLE_BUDGET_S, WHOLE_MIN_SAMPLES, CudaTimers, NoTimers, Row,
-    apply_ceilings, measure_ceiling, measure_point, protocol,
+    GPU_REP_MS,
+    GPU_WARMUP_MS,
+    GRAPH_WARMUP_CALLS,
+    WHOLE_BUDGET_S,
+    WHOLE_MIN_SAMPLES,
+    CudaTimers,
+    NoTimers,
+    Row,
+    apply_ceilings,
+    measure_ceiling,
+    measure_point,
+    protocol,
 )
 
 MiB = 1 << 20
@@ -115,15 +125,28 @@ REGIME_BYTES = {"large": 512 * MiB, "mid": 32 * MiB}
 OUTSIDE_REGIME = "large"
 #: (N, dtype) outside the sweep: between its points (6244 = 6144 + 100, 12295 = 12288 + 7) and above it.
 OUTSIDE: tuple[tuple[int, str], ...] = (
-    (3000, "bfloat16"), (6244, "bfloat16"), (12295, "bfloat16"),
-    (24576, "bfloat16"), (32768, "bfloat16"), (65536, "bfloat16"), (24576, "float32"),
+    (3000, "bfloat16"),
+    (6244, "bfloat16"),
+    (12295, "bfloat16"),
+    (24576, "bfloat16"),
+    (32768, "bfloat16"),
+    (65536, "bfloat16"),
+    (24576, "float32"),
 )
 #: (regime, dtype, N): measured again at the end of every run; their spread is the stated noise.
 NOISE: tuple[tuple[str, str, int], ...] = (
-    ("large", "bfloat16", 4096), ("large", "bfloat16", 10000), ("mid", "bfloat16", 4096), ("mid", "bfloat16", 1000),
+    ("large", "bfloat16", 4096),
+    ("large", "bfloat16", 10000),
+    ("mid", "bfloat16", 4096),
+    ("mid", "bfloat16", 1000),
 )
 #: --shapes tiny: the same machinery on a few rows, small enough for Triton's interpreter.
-TINY: tuple[tuple[int, int, str], ...] = ((3, 1024, "bfloat16"), (3, 1536, "bfloat16"), (5, 1000, "float32"), (2, 4097, "float16"))
+TINY: tuple[tuple[int, int, str], ...] = (
+    (3, 1024, "bfloat16"),
+    (3, 1536, "bfloat16"),
+    (5, 1000, "float32"),
+    (2, 4097, "float16"),
+)
 SHAPES = ("sweep", "tiny")
 
 
@@ -179,7 +202,9 @@ def sweep_points(shapes: str = "sweep") -> list[Point]:
     for regime, nbytes in REGIME_BYTES.items():
         for i, n in enumerate(sweep_ns()):
             points += [Point(regime, "sweep", rows_for(nbytes, n, dt), n, dt) for dt in dtypes_at(i)]
-    points += [Point(OUTSIDE_REGIME, "outside", rows_for(REGIME_BYTES[OUTSIDE_REGIME], n, dt), n, dt) for n, dt in OUTSIDE]
+    points += [
+        Point(OUTSIDE_REGIME, "outside", rows_for(REGIME_BYTES[OUTSIDE_REGIME], n, dt), n, dt) for n, dt in OUTSIDE
+    ]
     held = {(p.M, p.N, p.dtype) for p in points}
     points += [Point("small", "small", m, n, dt) for m, n, dt in bm.SMALL_SHAPES if (m, n, dt) not in held]
     return points
@@ -245,8 +270,15 @@ def estimate_run(points: Sequence[Point], repeats: Sequence[Point], impls: Itera
     compile_s = sum(EST_COMPILE_S.values()) * len(every) if compiles else 0.0
     total = sum(estimate_point_s(p, impls, timed) for p in every)
     startup = EST_STARTUP_S if timed else 0.0
-    return dict(points=len(points), repeats=len(repeats), compiles=compiles, startup_s=startup, compile_s=compile_s,
-                measure_s=total - compile_s, total_s=startup + total)
+    return dict(
+        points=len(points),
+        repeats=len(repeats),
+        compiles=compiles,
+        startup_s=startup,
+        compile_s=compile_s,
+        measure_s=total - compile_s,
+        total_s=startup + total,
+    )
 
 
 def partition(points: Sequence[Point], parts: int) -> list[list[Point]]:
@@ -292,7 +324,9 @@ def read_done(paths: Iterable[Path]) -> set[str]:
             data = json.loads(Path(path).read_text())
             done |= {r["point"] for r in data["rows"] if r.get("repeat", 0) == 0}
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise SystemExit(f"sweep: --skip-done {path} is not a sweep run's file ({type(exc).__name__}: {exc})") from None
+            raise SystemExit(
+                f"sweep: --skip-done {path} is not a sweep run's file ({type(exc).__name__}: {exc})"
+            ) from None
     return done
 
 
@@ -302,8 +336,12 @@ def _finite(v):
 
 def session_report(meta: dict, rows: list[Row], ceilings: list[dict], remaining: list[Point], elapsed_s: float) -> dict:
     return dict(
-        kind="benchmark-sweep-run", **meta, elapsed_s=elapsed_s, complete=not remaining,
-        remaining=[p.id for p in remaining], ceilings=ceilings,
+        kind="benchmark-sweep-run",
+        **meta,
+        elapsed_s=elapsed_s,
+        complete=not remaining,
+        remaining=[p.id for p in remaining],
+        ceilings=ceilings,
         rows=[{k: _finite(v) for k, v in asdict(r).items()} for r in rows],
     )
 
@@ -329,8 +367,6 @@ def write_json(path: Path, data: dict) -> Path:
     tmp.write_text(json.dumps(data, indent=1, allow_nan=False))
     tmp.replace(path)
     return path
-
-
 
 
 @contextlib.contextmanager
@@ -359,12 +395,21 @@ def stop_on_signal():
             signal.signal(s, h)
 
 
-def run_part(todo: Sequence[Point], repeats: Sequence[Point], impls: Sequence[str], device: str, timers,
-             write: Callable[[list[Row], list[dict], list[Point], float], object], deadline_s: float | None = None,
-             regimes_ceiling: dict[str, int] | None = None, impl_factory: Callable = bm.make_impl,
-             log: Callable[[str], None] = print, clock: Callable[[], float] = time.perf_counter,
-             started: float | None = None, stop: Callable[[], str | None] = lambda: None,
-             ) -> tuple[list[Row], list[dict], list[Point]]:
+def run_part(
+    todo: Sequence[Point],
+    repeats: Sequence[Point],
+    impls: Sequence[str],
+    device: str,
+    timers,
+    write: Callable[[list[Row], list[dict], list[Point], float], object],
+    deadline_s: float | None = None,
+    regimes_ceiling: dict[str, int] | None = None,
+    impl_factory: Callable = bm.make_impl,
+    log: Callable[[str], None] = print,
+    clock: Callable[[], float] = time.perf_counter,
+    started: float | None = None,
+    stop: Callable[[], str | None] = lambda: None,
+) -> tuple[list[Row], list[dict], list[Point]]:
     """Measure ``todo`` then ``repeats`` (noise repeats, repeat=1) until ``deadline_s`` (counted from
     ``started`` on ``clock``, default: now) would be passed, or ``stop()`` names a signal;
     ``write`` is called after every point. Returns (rows, ceilings, points of ``todo`` left undone)."""
@@ -375,8 +420,10 @@ def run_part(todo: Sequence[Point], repeats: Sequence[Point], impls: Sequence[st
     for regime, nbytes in regimes_ceiling.items():
         ceilings.append(measure_ceiling(regime, nbytes, timers, "start"))
         c = ceilings[-1]
-        log(f"copy ceiling, {regime} ({nbytes / MiB:.0f} MiB): GPU {c['gpu_tbps']:.2f} TB/s ({c['gpu_method']}), "
-            f"whole call {c['whole_tbps']:.2f} TB/s")
+        log(
+            f"copy ceiling, {regime} ({nbytes / MiB:.0f} MiB): GPU {c['gpu_tbps']:.2f} TB/s ({c['gpu_method']}), "
+            f"whole call {c['whole_tbps']:.2f} TB/s"
+        )
     queue = [(p, 0) for p in todo] + [(p, 1) for p in repeats]
     remaining = list(todo)
     for i, (point, repeat) in enumerate(queue):
@@ -385,8 +432,10 @@ def run_part(todo: Sequence[Point], repeats: Sequence[Point], impls: Sequence[st
             log(f"{stop()}: stopping before {point.id}; {len(remaining)} point(s) left")
             break
         if deadline_s and clock() - t0 + est > deadline_s:
-            log(f"deadline: {clock() - t0:.0f} s spent; {point.id} (about {est:.0f} s) would end past the "
-                f"{deadline_s:.0f} s allowed; {len(remaining)} point(s) left")
+            log(
+                f"deadline: {clock() - t0:.0f} s spent; {point.id} (about {est:.0f} s) would end past the "
+                f"{deadline_s:.0f} s allowed; {len(remaining)} point(s) left"
+            )
             break
         what = "noise repeat" if repeat else f"point {i + 1}/{len(todo)}"
         log(f"{what}: {point.id} ({point.split}, {point.origin}), estimate {est:.1f} s")
@@ -410,23 +459,59 @@ def run_part(todo: Sequence[Point], repeats: Sequence[Point], impls: Sequence[st
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--shapes", choices=SHAPES, default="sweep",
-                        help="sweep: the points of issue 19 (default, needs a CUDA GPU); tiny: four tiny points, "
-                             "correctness only without a GPU")
-    parser.add_argument("--part", default="1/1", help="K/P: run the K-th of P parts of about equal estimated time (default 1/1)")
-    parser.add_argument("--impls", default=",".join(bm.IMPLS), help=f"comma-separated subset of {','.join(bm.IMPLS)} (default: all)")
-    parser.add_argument("--outputs", type=Path, default=Path("outputs"), help="directory for the run's and the merged files (default: outputs)")
-    parser.add_argument("--skip-done", type=Path, nargs="+", default=[], metavar="FILE",
-                        help="run files of earlier runs: the points they measured are not measured again")
-    parser.add_argument("--deadline-s", type=float, default=DEFAULT_DEADLINE_S,
-                        help=f"start no point that the estimate says would end past this many seconds (default {DEFAULT_DEADLINE_S}; 0: none)")
+    parser.add_argument(
+        "--shapes",
+        choices=SHAPES,
+        default="sweep",
+        help="sweep: the points of issue 19 (default, needs a CUDA GPU); tiny: four tiny points, "
+        "correctness only without a GPU",
+    )
+    parser.add_argument(
+        "--part", default="1/1", help="K/P: run the K-th of P parts of about equal estimated time (default 1/1)"
+    )
+    parser.add_argument(
+        "--impls", default=",".join(bm.IMPLS), help=f"comma-separated subset of {','.join(bm.IMPLS)} (default: all)"
+    )
+    parser.add_argument(
+        "--outputs",
+        type=Path,
+        default=Path("outputs"),
+        help="directory for the run's and the merged files (default: outputs)",
+    )
+    parser.add_argument(
+        "--skip-done",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="run files of earlier runs: the points they measured are not measured again",
+    )
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=DEFAULT_DEADLINE_S,
+        help=f"start no point that the estimate says would end past this many seconds (default {DEFAULT_DEADLINE_S}; 0: none)",
+    )
     parser.add_argument("--no-noise", action="store_true", help="skip the noise repeats at the end of the run")
-    parser.add_argument("--whole-ms", type=float, default=WHOLE_BUDGET_S * 1e3, help="time spent on the whole-call samples of one row (default 20)")
-    parser.add_argument("--rep-ms", type=int, default=GPU_REP_MS, help=f"do_bench's rep for the GPU time (default {GPU_REP_MS})")
+    parser.add_argument(
+        "--whole-ms",
+        type=float,
+        default=WHOLE_BUDGET_S * 1e3,
+        help="time spent on the whole-call samples of one row (default 20)",
+    )
+    parser.add_argument(
+        "--rep-ms", type=int, default=GPU_REP_MS, help=f"do_bench's rep for the GPU time (default {GPU_REP_MS})"
+    )
     parser.add_argument("--plan", action="store_true", help="print the part's points and the estimate; measure nothing")
-    parser.add_argument("--merge", type=Path, nargs="*", default=None, metavar="FILE",
-                        help="merge run files (default: every benchmark-sweep.part*.json in --outputs) into benchmark-sweep.json, "
-                             "benchmark-sweep.md and figures/benchmark_sweep.png; needs no GPU")
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="*",
+        default=None,
+        metavar="FILE",
+        help="merge run files (default: every benchmark-sweep.part*.json in --outputs) into benchmark-sweep.json, "
+        "benchmark-sweep.md and figures/benchmark_sweep.png; needs no GPU",
+    )
     parser.add_argument("--require-gpu", action="store_true", help="without a CUDA GPU exit 2 even for --shapes tiny")
 
 
@@ -434,18 +519,32 @@ def _fmt_s(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
-def print_plan(points: list[Point], parts: list[list[Point]], k: int, todo: list[Point], repeats: list[Point],
-               impls: list[str], timed: bool, deadline_s: float | None) -> dict:
+def print_plan(
+    points: list[Point],
+    parts: list[list[Point]],
+    k: int,
+    todo: list[Point],
+    repeats: list[Point],
+    impls: list[str],
+    timed: bool,
+    deadline_s: float | None,
+) -> dict:
     est = estimate_run(todo, repeats, impls, timed)
     whole = [estimate_run(part, repeats, bm.IMPLS, True)["total_s"] for part in parts]
     splits = {s: sum(p.split == s for p in points) for s in ("fit", "report")}
-    print(f"sweep: {len(points)} points ({splits['fit']} fit, {splits['report']} report) in {len(parts)} part(s); "
-          f"estimated GPU time of the parts: {', '.join(_fmt_s(w) for w in whole)} (total {_fmt_s(sum(whole))})")
-    print(f"this run: part {k}/{len(parts)}, {est['points']} point(s) + {est['repeats']} noise repeat(s), impls {','.join(impls)}; "
-          f"{est['compiles']} torch.compile graphs (about {_fmt_s(est['compile_s'])}), measurements about "
-          f"{_fmt_s(est['measure_s'])}, startup {_fmt_s(est['startup_s'])}: about {_fmt_s(est['total_s'])}")
+    print(
+        f"sweep: {len(points)} points ({splits['fit']} fit, {splits['report']} report) in {len(parts)} part(s); "
+        f"estimated GPU time of the parts: {', '.join(_fmt_s(w) for w in whole)} (total {_fmt_s(sum(whole))})"
+    )
+    print(
+        f"this run: part {k}/{len(parts)}, {est['points']} point(s) + {est['repeats']} noise repeat(s), impls {','.join(impls)}; "
+        f"{est['compiles']} torch.compile graphs (about {_fmt_s(est['compile_s'])}), measurements about "
+        f"{_fmt_s(est['measure_s'])}, startup {_fmt_s(est['startup_s'])}: about {_fmt_s(est['total_s'])}"
+    )
     if deadline_s and est["total_s"] > deadline_s:
-        print(f"sweep: the estimate passes the {deadline_s:.0f} s deadline: the run stops there; run the rest with --skip-done")
+        print(
+            f"sweep: the estimate passes the {deadline_s:.0f} s deadline: the run stops there; run the rest with --skip-done"
+        )
     return est
 
 
@@ -471,13 +570,18 @@ def run(args) -> int:
     if args.plan:  # what a GPU run of this part would do; nothing runs, on any machine
         print_plan(points, parts, k, todo, repeats, impls, True, deadline)
         for pt in todo:
-            print(f"  {pt.id:26s} {pt.split:6s} {pt.origin:7s} {pt.x_bytes / MiB:8.1f} MiB  about {estimate_point_s(pt, impls):.1f} s")
+            print(
+                f"  {pt.id:26s} {pt.split:6s} {pt.origin:7s} {pt.x_bytes / MiB:8.1f} MiB  about {estimate_point_s(pt, impls):.1f} s"
+            )
         for pt in repeats:
             print(f"  {pt.id:26s} noise repeat")
         return 0
     if not cuda and (args.shapes != "tiny" or args.require_gpu):
-        print(f"sweep: no CUDA GPU here, so nothing can be timed; without one only --shapes tiny runs (correctness only)"
-              f"{'' if args.shapes == 'tiny' else f', not --shapes {args.shapes}'}.", file=sys.stderr)
+        print(
+            f"sweep: no CUDA GPU here, so nothing can be timed; without one only --shapes tiny runs (correctness only)"
+            f"{'' if args.shapes == 'tiny' else f', not --shapes {args.shapes}'}.",
+            file=sys.stderr,
+        )
         return 2
     if not cuda:
         impls = [i for i in impls if i not in ("compile", "liger")]
@@ -491,28 +595,52 @@ def run(args) -> int:
     if not cuda:
         print("sweep: no CUDA GPU: correctness only, through Triton's interpreter; nothing is timed.", file=sys.stderr)
     meta = dict(
-        shapes=args.shapes, definition=definition_hash(points), part=f"{k}/{p}", points_in_part=len(parts[k - 1]),
-        skipped_done=len(parts[k - 1]) - len(todo), impls=impls, timed=cuda, device=device_name, backend=backend(),
-        torch=torch.__version__, triton=triton.__version__, liger_kernel=bm.liger_version(), python=platform.python_version(),
-        date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), estimate_s=est["total_s"], protocol=protocol(),
+        shapes=args.shapes,
+        definition=definition_hash(points),
+        part=f"{k}/{p}",
+        points_in_part=len(parts[k - 1]),
+        skipped_done=len(parts[k - 1]) - len(todo),
+        impls=impls,
+        timed=cuda,
+        device=device_name,
+        backend=backend(),
+        torch=torch.__version__,
+        triton=triton.__version__,
+        liger_kernel=bm.liger_version(),
+        python=platform.python_version(),
+        date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        estimate_s=est["total_s"],
+        protocol=protocol(),
         noise_points=[pt.id for pt in repeats],
     )
     path = part_path(args.outputs, k, p, meta["skipped_done"])
     kept = keep_previous(path)
     if kept is not None:
         print(f"sweep: {path} held an earlier run; kept as {kept}")
-    print(f"{device_name}: torch {meta['torch']}, triton {meta['triton']}, liger-kernel {meta['liger_kernel']}; writing {path}")
+    print(
+        f"{device_name}: torch {meta['torch']}, triton {meta['triton']}, liger-kernel {meta['liger_kernel']}; writing {path}"
+    )
     regimes = sorted({pt.regime for pt in [*todo, *repeats]} & set(REGIME_BYTES)) if cuda else []
     with stop_on_signal() as stop:
         rows, _, remaining = run_part(
-            todo, repeats, impls, device, timers,
+            todo,
+            repeats,
+            impls,
+            device,
+            timers,
             write=lambda r, c, rem, el: write_json(path, session_report(meta, r, c, rem, el)),
-            deadline_s=deadline, regimes_ceiling={r: REGIME_BYTES[r] for r in regimes}, started=started, stop=stop,
+            deadline_s=deadline,
+            regimes_ceiling={r: REGIME_BYTES[r] for r in regimes},
+            started=started,
+            stop=stop,
         )
     print(f"\nwrote {path}")
     if stop():
-        print(f"sweep: stopped by {stop()}; {path} holds every point measured before it, and {len(remaining)} "
-              f"point(s) left run with: --part {k}/{p} --skip-done {path}", file=sys.stderr)
+        print(
+            f"sweep: stopped by {stop()}; {path} holds every point measured before it, and {len(remaining)} "
+            f"point(s) left run with: --part {k}/{p} --skip-done {path}",
+            file=sys.stderr,
+        )
         return 128 + getattr(signal, stop()).value
     wrong = [r for r in rows if r.impl == "triton" and not r.ok]
     for r in wrong:
@@ -521,13 +649,19 @@ def run(args) -> int:
     for r in untimed:
         print(f"no timing at {r.point} {r.mode} {r.impl}: {r.gpu_note}")
     if remaining:
-        print(f"sweep: {len(remaining)} point(s) of part {k}/{p} left; run them with: --part {k}/{p} --skip-done {path}")
-    print("merge the parts (no GPU needed): python -m rmsnorm_kernel benchmark-sweep --merge <run files> --outputs <dir>")
+        print(
+            f"sweep: {len(remaining)} point(s) of part {k}/{p} left; run them with: --part {k}/{p} --skip-done {path}"
+        )
+    print(
+        "merge the parts (no GPU needed): python -m rmsnorm_kernel benchmark-sweep --merge <run files> --outputs <dir>"
+    )
     return 1 if wrong or untimed else (3 if remaining else 0)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rmsnorm_kernel.checks.sweep", description=__doc__.strip().split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m rmsnorm_kernel.checks.sweep", description=__doc__.strip().split("\n")[0]
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -24,8 +24,8 @@ import torch
 import triton
 
 from ..ops.reference import manual_backward, oracle
-from . import benchmark as bm
 from ..testing import make_inputs
+from . import benchmark as bm
 from .report import one_line
 
 if TYPE_CHECKING:
@@ -62,7 +62,9 @@ def check_rows(m: int, n: int, full_limit: int = FULL_CHECK_ELEMENTS) -> list[in
     return sorted(spread | edges)
 
 
-def expected_outputs(x: torch.Tensor, gamma: torch.Tensor, dy: torch.Tensor, rows: list[int] | None, eps: float = EPS) -> tuple:
+def expected_outputs(
+    x: torch.Tensor, gamma: torch.Tensor, dy: torch.Tensor, rows: list[int] | None, eps: float = EPS
+) -> tuple:
     """(y, dx, dgamma) of the oracle: on every row (``rows`` None), or y and dx on ``rows`` only, with
     dgamma over all rows, the oracle's float64 formula summed chunk by chunk (no float64 copy of x)."""
     if rows is None:
@@ -212,8 +214,17 @@ def measure_ceiling(regime: str, nbytes: int, timers, when: str) -> dict:
     gpu_s = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median") / 1e3
     method, note = "do_bench", "the copy kernel itself (a graph would run a memcpy node on the copy engines)"
     moved = 2 * nbytes
-    return dict(regime=regime, when=when, bytes=moved, whole_us=_us(whole_s), gpu_us=_us(gpu_s), gpu_method=method,
-                gpu_note=note, whole_tbps=bm.tbps(moved, whole_s), gpu_tbps=bm.tbps(moved, gpu_s))
+    return dict(
+        regime=regime,
+        when=when,
+        bytes=moved,
+        whole_us=_us(whole_s),
+        gpu_us=_us(gpu_s),
+        gpu_method=method,
+        gpu_note=note,
+        whole_tbps=bm.tbps(moved, whole_s),
+        gpu_tbps=bm.tbps(moved, gpu_s),
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -262,14 +273,34 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def measure_row(point: Point, mode: str, impl: str, fn, inputs: tuple, expected: tuple, rows: list[int] | None,
-                timers, repeat: int = 0) -> Row:
+def measure_row(
+    point: Point,
+    mode: str,
+    impl: str,
+    fn,
+    inputs: tuple,
+    expected: tuple,
+    rows: list[int] | None,
+    timers,
+    repeat: int = 0,
+) -> Row:
     """Check one implementation in one direction against the oracle, then time it both ways."""
     x, gamma, dy = inputs
     device = x.device.type
-    row = Row(point=point.id, regime=point.regime, origin=point.origin, split=point.split, M=point.M, N=point.N,
-              dtype=point.dtype, mode=mode, impl=impl, bytes=bm.bytes_moved(mode, point.M, point.N, x.dtype, gamma.dtype),
-              repeat=repeat, checked_rows=point.M if rows is None else len(rows))
+    row = Row(
+        point=point.id,
+        regime=point.regime,
+        origin=point.origin,
+        split=point.split,
+        M=point.M,
+        N=point.N,
+        dtype=point.dtype,
+        mode=mode,
+        impl=impl,
+        bytes=bm.bytes_moved(mode, point.M, point.N, x.dtype, gamma.dtype),
+        repeat=repeat,
+        checked_rows=point.M if rows is None else len(rows),
+    )
     want = expected[:1] if mode == FWD else expected
     t0 = time.perf_counter()
     try:
@@ -307,8 +338,15 @@ def measure_row(point: Point, mode: str, impl: str, fn, inputs: tuple, expected:
     return row
 
 
-def measure_point(point: Point, impls: Sequence[str], device: str, timers, repeat: int = 0,
-                  impl_factory: Callable = bm.make_impl, log: Callable[[str], None] = print) -> list[Row]:
+def measure_point(
+    point: Point,
+    impls: Sequence[str],
+    device: str,
+    timers,
+    repeat: int = 0,
+    impl_factory: Callable = bm.make_impl,
+    log: Callable[[str], None] = print,
+) -> list[Row]:
     inputs = make_inputs((point.M, point.N), bm.DTYPES[point.dtype], device)
     rows_checked = check_rows(point.M, point.N)
     expected = expected_outputs(*inputs, rows_checked)
@@ -322,7 +360,11 @@ def measure_point(point: Point, impls: Sequence[str], device: str, timers, repea
             row = measure_row(point, mode, impl, fn, inputs, expected, rows_checked, timers, repeat)
             results.append(row)
             status = "ok" if row.ok else f"FAILED: {row.detail}"
-            times = "untimed" if row.gpu_us is None else f"whole {row.whole_us:9.1f} us  GPU {row.gpu_us:9.1f} us ({row.gpu_method})"
+            times = (
+                "untimed"
+                if row.gpu_us is None
+                else f"whole {row.whole_us:9.1f} us  GPU {row.gpu_us:9.1f} us ({row.gpu_method})"
+            )
             log(f"  {point.id:26s} {mode:7s} {impl:10s} {times}  {status}  ({row.first_call_s or 0:.1f}s first call)")
             if row.gpu_note:
                 log(f"    note: {row.gpu_note}")
@@ -360,15 +402,17 @@ def protocol() -> dict:
     """The protocol above in words, for the run's file."""
     return dict(
         whole_call=f"CUDA events around back-to-back eager calls, median of {WHOLE_MIN_SAMPLES}-{WHOLE_MAX_SAMPLES} samples of "
-                   f"1-{WHOLE_MAX_CALLS} calls (about {WHOLE_BUDGET_S * 1e3:.0f} ms); host time beside it",
+        f"1-{WHOLE_MAX_CALLS} calls (about {WHOLE_BUDGET_S * 1e3:.0f} ms); host time beside it",
         gpu_time=f"CUDA graph of the call ({GRAPH_WARMUP_CALLS} warm-up calls on a side stream first), replays timed by "
-                 f"triton.testing.do_bench(warmup={GPU_WARMUP_MS} ms, rep={GPU_REP_MS} ms, median, L2 flushed); fallback: "
-                 f"torch.profiler kernel durations summed, median of {PROFILER_CALLS} calls, L2 flushed",
+        f"triton.testing.do_bench(warmup={GPU_WARMUP_MS} ms, rep={GPU_REP_MS} ms, median, L2 flushed); fallback: "
+        f"torch.profiler kernel durations summed, median of {PROFILER_CALLS} calls, L2 flushed",
         bytes="benchmark.bytes_moved: fwd 2*M*N*x + N*gamma; fwd+bwd 5*M*N*x + 2*N*gamma",
         ceiling="device-to-device copy_ of each regime's bytes at the start and end of each run, as a whole call and by "
-                "do_bench; a row uses its regime's fastest",
+        "do_bench; a row uses its regime's fastest",
         check=f"ops.tolerances.compare against ops.reference.oracle (float64); above {FULL_CHECK_ELEMENTS} elements y and dx on "
-              f"{2 * CHECK_EDGE_ROWS + CHECK_SPREAD_ROWS} rows at most, dgamma always whole; the graph's replay checked again",
+        f"{2 * CHECK_EDGE_ROWS + CHECK_SPREAD_ROWS} rows at most, dgamma always whole; the graph's replay checked again",
         compile="torch.compile(reference, dynamic=False), torch.compiler.reset() before each point: two graphs per point",
-        liger_settings=dict(bm.LIGER_SETTINGS), eps=EPS, inputs="rmsnorm_kernel.testing.make_inputs, seed 0",
+        liger_settings=dict(bm.LIGER_SETTINGS),
+        eps=EPS,
+        inputs="rmsnorm_kernel.testing.make_inputs, seed 0",
     )

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from .sweep import FWD, FWD_BWD, MODES, definition_hash, sweep_points
 from .sweep_measure import best_ceilings
@@ -61,8 +61,10 @@ def merge(runs: Sequence[dict]) -> dict:
         raise MergeError("sweep merge: no run files to merge")
     sweeps = {(r.get("shapes"), r.get("definition")) for r in runs}
     if len(sweeps) > 1:
-        raise MergeError("sweep merge: the files come from different sweeps: "
-                         + "; ".join(f"{r['file']}: {r.get('shapes')} {r.get('definition')}" for r in runs))
+        raise MergeError(
+            "sweep merge: the files come from different sweeps: "
+            + "; ".join(f"{r['file']}: {r.get('shapes')} {r.get('definition')}" for r in runs)
+        )
     shapes, definition = next(iter(sweeps))
     warnings = []
     for key in ("device", "torch", "triton", "liger_kernel"):
@@ -93,13 +95,31 @@ def merge(runs: Sequence[dict]) -> dict:
         warnings.append("this code's sweep differs from the runs' (another definition): missing points are not listed")
     first = runs[0]
     return dict(
-        kind="benchmark-sweep", shapes=shapes, definition=definition, timed=any(r.get("timed") for r in runs),
-        device=first.get("device"), torch=first.get("torch"), triton=first.get("triton"), liger_kernel=first.get("liger_kernel"),
+        kind="benchmark-sweep",
+        shapes=shapes,
+        definition=definition,
+        timed=any(r.get("timed") for r in runs),
+        device=first.get("device"),
+        torch=first.get("torch"),
+        triton=first.get("triton"),
+        liger_kernel=first.get("liger_kernel"),
         protocol=first.get("protocol"),
-        runs=[dict(file=r["file"], part=r.get("part"), date=r.get("date"), elapsed_s=r.get("elapsed_s"), complete=r.get("complete"),
-                   skipped_done=r.get("skipped_done"), points=len({x["point"] for x in r["rows"] if x.get("repeat", 0) == 0}))
-              for r in runs],
-        warnings=warnings, missing=missing, ceilings=ceilings, rows=rows,
+        runs=[
+            dict(
+                file=r["file"],
+                part=r.get("part"),
+                date=r.get("date"),
+                elapsed_s=r.get("elapsed_s"),
+                complete=r.get("complete"),
+                skipped_done=r.get("skipped_done"),
+                points=len({x["point"] for x in r["rows"] if x.get("repeat", 0) == 0}),
+            )
+            for r in runs
+        ],
+        warnings=warnings,
+        missing=missing,
+        ceilings=ceilings,
+        rows=rows,
     )
 
 
@@ -125,8 +145,26 @@ def triton_ratios(rows: Iterable[dict]) -> list[dict]:
             timed = [r for r in peers if r.get(key)]
             return min(timed, key=lambda r: r[key]) if timed else None
 
-        rec = {k: t.get(k) for k in ("point", "regime", "origin", "split", "M", "N", "dtype", "mode", "ok", "detail",
-                                     "gpu_us", "whole_us", "host_us", "gpu_tbps", "pct_of_ceiling")}
+        rec = {
+            k: t.get(k)
+            for k in (
+                "point",
+                "regime",
+                "origin",
+                "split",
+                "M",
+                "N",
+                "dtype",
+                "mode",
+                "ok",
+                "detail",
+                "gpu_us",
+                "whole_us",
+                "host_us",
+                "gpu_tbps",
+                "pct_of_ceiling",
+            )
+        }
         rec["group"] = group_of(t)
         for key, name in (("gpu_us", "gpu"), ("whole_us", "whole")):
             p = fastest(key)
@@ -153,7 +191,10 @@ def point_label(rec: dict) -> str:
 def worst_table(ratios: Sequence[dict]) -> list[dict]:
     """Per (regime, group, mode): the lowest speed against the fastest peer (GPU and whole call) and the
     lowest share of the ceiling, with where each happens, and the median share."""
-    keys = sorted({(r["regime"], r["group"], r["mode"]) for r in ratios}, key=lambda k: _order(dict(regime=k[0], group=k[1], mode=k[2])))
+    keys = sorted(
+        {(r["regime"], r["group"], r["mode"]) for r in ratios},
+        key=lambda k: _order(dict(regime=k[0], group=k[1], mode=k[2])),
+    )
     table = []
     for regime, group, mode in keys:
         recs = [r for r in ratios if (r["regime"], r["group"], r["mode"]) == (regime, group, mode)]
@@ -187,20 +228,39 @@ def noise_summary(rows: Iterable[dict]) -> dict:
     for (point, impl, mode), rs in samples.items():
         if len(rs) < 2:
             continue
-        entries.append(dict(point=point, impl=impl, mode=mode, measurements=len(rs), runs=len({r.get("session", 0) for r in rs}),
-                            gpu_us=[r["gpu_us"] for r in rs], gpu_spread=_spread([r["gpu_us"] for r in rs]),
-                            whole_spread=_spread([r["whole_us"] for r in rs if r.get("whole_us")])))
+        entries.append(
+            dict(
+                point=point,
+                impl=impl,
+                mode=mode,
+                measurements=len(rs),
+                runs=len({r.get("session", 0) for r in rs}),
+                gpu_us=[r["gpu_us"] for r in rs],
+                gpu_spread=_spread([r["gpu_us"] for r in rs]),
+                whole_spread=_spread([r["whole_us"] for r in rs if r.get("whole_us")]),
+            )
+        )
     by_mode = {}
     for mode in MODES:
         es = [e for e in entries if e["mode"] == mode]
         g = [e["gpu_spread"] for e in es if e["gpu_spread"] is not None]
         w = [e["whole_spread"] for e in es if e["whole_spread"] is not None]
-        by_mode[mode] = dict(series=len(es), measurements=sum(e["measurements"] for e in es),
-                             gpu_median=statistics.median(g) if g else None, gpu_max=max(g) if g else None,
-                             whole_median=statistics.median(w) if w else None, whole_max=max(w) if w else None)
+        by_mode[mode] = dict(
+            series=len(es),
+            measurements=sum(e["measurements"] for e in es),
+            gpu_median=statistics.median(g) if g else None,
+            gpu_max=max(g) if g else None,
+            whole_median=statistics.median(w) if w else None,
+            whole_max=max(w) if w else None,
+        )
     gpu = [e["gpu_spread"] for e in entries if e["gpu_spread"] is not None]
     whole = [e["whole_spread"] for e in entries if e["whole_spread"] is not None]
-    return dict(entries=entries, by_mode=by_mode, stated_gpu=max(gpu) if gpu else None, stated_whole=max(whole) if whole else None)
+    return dict(
+        entries=entries,
+        by_mode=by_mode,
+        stated_gpu=max(gpu) if gpu else None,
+        stated_whole=max(whole) if whole else None,
+    )
 
 
 def _miss(rec: dict, value, why: str) -> dict:
@@ -223,11 +283,17 @@ def targets(ratios: Sequence[dict], noise: float | None) -> list[dict]:
                 within += 1
                 continue
             misses.append(verdict)
-        out.append(dict(target=name, checked=len(recs), met=len(recs) - len(misses), within_noise=within, misses=misses))
+        out.append(
+            dict(target=name, checked=len(recs), met=len(recs) - len(misses), within_noise=within, misses=misses)
+        )
 
     lo, hi = TARGET_N_RANGE
     for mode in MODES:
-        recs = [r for r in ratios if r["regime"] == "large" and r["origin"] == "sweep" and lo <= r["N"] <= hi and r["mode"] == mode]
+        recs = [
+            r
+            for r in ratios
+            if r["regime"] == "large" and r["origin"] == "sweep" and lo <= r["N"] <= hi and r["mode"] == mode
+        ]
         limit = TARGET_PCT[mode]
 
         def share(rec, limit=limit):
@@ -236,7 +302,11 @@ def targets(ratios: Sequence[dict], noise: float | None) -> list[dict]:
                 return _miss(rec, None, "no GPU time" if rec.get("ok") else f"wrong result: {rec.get('detail')}")
             return True if v >= limit else _miss(rec, v, f"{v:.1f}% of the copy ceiling, under {limit:.0f}%")
 
-        add(f"large regime, N {lo}-{hi}, every dtype: {mode} at {limit:.0f}% or more of the copy ceiling (GPU time)", recs, share)
+        add(
+            f"large regime, N {lo}-{hi}, every dtype: {mode} at {limit:.0f}% or more of the copy ceiling (GPU time)",
+            recs,
+            share,
+        )
 
     def vs_peer(rec):
         v = rec.get("vs_peer_gpu")
@@ -248,12 +318,20 @@ def targets(ratios: Sequence[dict], noise: float | None) -> list[dict]:
             return True
         if v >= 1.0 - tol:
             return "within noise"
-        return _miss(rec, v, f"{v:.2f}x the speed of {rec['peer_gpu']} ({rec['peer_gpu_us']:.1f} against {rec['gpu_us']:.1f} us)")
+        return _miss(
+            rec, v, f"{v:.2f}x the speed of {rec['peer_gpu']} ({rec['peer_gpu_us']:.1f} against {rec['gpu_us']:.1f} us)"
+        )
 
-    add("every sweep point, both regimes: at least as fast as the fastest peer (GPU time, within the noise)",
-        [r for r in ratios if r["origin"] == "sweep"], vs_peer)
-    add("shapes outside the sweep (between its points and N > 16384): at least as fast as the fastest peer (GPU time, within the noise)",
-        [r for r in ratios if r["origin"] == "outside"], vs_peer)
+    add(
+        "every sweep point, both regimes: at least as fast as the fastest peer (GPU time, within the noise)",
+        [r for r in ratios if r["origin"] == "sweep"],
+        vs_peer,
+    )
+    add(
+        "shapes outside the sweep (between its points and N > 16384): at least as fast as the fastest peer (GPU time, within the noise)",
+        [r for r in ratios if r["origin"] == "outside"],
+        vs_peer,
+    )
 
     def host(rec):
         v = rec.get("host_ratio")
@@ -261,10 +339,16 @@ def targets(ratios: Sequence[dict], noise: float | None) -> list[dict]:
             return True  # no F.rms_norm host time to compare with
         return True if v <= HOST_RATIO_LIMIT else _miss(rec, v, f"host time {v:.2f}x F.rms_norm's")
 
-    add(f"host time per call at most {HOST_RATIO_LIMIT}x F.rms_norm's (whole call, issue 9)",
-        [r for r in ratios if r.get("host_ratio") is not None], host)
-    add("the Triton path is right at every point (float64 oracle)", list(ratios),
-        lambda rec: True if rec.get("ok") else _miss(rec, None, rec.get("detail") or "wrong"))
+    add(
+        f"host time per call at most {HOST_RATIO_LIMIT}x F.rms_norm's (whole call, issue 9)",
+        [r for r in ratios if r.get("host_ratio") is not None],
+        host,
+    )
+    add(
+        "the Triton path is right at every point (float64 oracle)",
+        list(ratios),
+        lambda rec: True if rec.get("ok") else _miss(rec, None, rec.get("detail") or "wrong"),
+    )
     return out
 
 
@@ -299,44 +383,70 @@ def ceiling_lines(ceilings: Iterable[dict]) -> list[str]:
         gpu = [c["gpu_tbps"] for c in cs if c.get("gpu_tbps")]
         whole = [c["whole_tbps"] for c in cs if c.get("whole_tbps")]
         if gpu:
-            lines.append(f"- {regime} ({cs[0]['bytes'] / 2 / 2**20:.0f} MiB copied): GPU {min(gpu):.2f}-{max(gpu):.2f} TB/s, "
-                         f"whole call {min(whole):.2f}-{max(whole):.2f} TB/s, over {len(gpu)} measurements; rows use the fastest")
+            lines.append(
+                f"- {regime} ({cs[0]['bytes'] / 2 / 2**20:.0f} MiB copied): GPU {min(gpu):.2f}-{max(gpu):.2f} TB/s, "
+                f"whole call {min(whole):.2f}-{max(whole):.2f} TB/s, over {len(gpu)} measurements; rows use the fastest"
+            )
     return lines
 
 
 def markdown(merged: dict, summary: dict | None = None) -> str:
     s = summary or summarize(merged)
-    out = [f"# Benchmark sweep: {merged.get('device')}", "",
-           f"torch {merged.get('torch')}, Triton {merged.get('triton')}, liger-kernel {merged.get('liger_kernel')}; "
-           f"sweep `{merged.get('shapes')}` ({merged.get('definition')}).", ""]
+    out = [
+        f"# Benchmark sweep: {merged.get('device')}",
+        "",
+        f"torch {merged.get('torch')}, Triton {merged.get('triton')}, liger-kernel {merged.get('liger_kernel')}; "
+        f"sweep `{merged.get('shapes')}` ({merged.get('definition')}).",
+        "",
+    ]
     for run in merged["runs"]:
         el = run.get("elapsed_s")
-        out.append(f"- run {run['part']} ({run['date']}): {run['points']} points, {'' if el is None else f'{el:.0f} s, '}"
-                   f"{'complete' if run.get('complete') else 'INCOMPLETE'} — `{Path(run['file']).name}`")
+        out.append(
+            f"- run {run['part']} ({run['date']}): {run['points']} points, {'' if el is None else f'{el:.0f} s, '}"
+            f"{'complete' if run.get('complete') else 'INCOMPLETE'} — `{Path(run['file']).name}`"
+        )
     out += [f"- warning: {w}" for w in merged.get("warnings", [])]
     if not merged.get("timed"):
         out += ["", "No timings: these runs had no CUDA GPU (correctness only)."]
     cl = ceiling_lines(merged.get("ceilings", []))
     if cl:
         out += ["", "Copy ceiling (device-to-device `copy_`, bytes read + written):", *cl]
-    out += ["", "## Worst ratios", "",
-            "Speed against the fastest correct peer at the same point: the peer's time divided by Triton's (below 1: Triton "
-            "slower). GPU: CUDA-graph replays; whole call: eager calls with their host work. Share of the ceiling: GPU time.", "",
-            "| regime | points | mode | n | vs fastest peer, GPU | at | vs fastest peer, whole call | at | % of ceiling, worst | at | % of ceiling, median |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out += [
+        "",
+        "## Worst ratios",
+        "",
+        "Speed against the fastest correct peer at the same point: the peer's time divided by Triton's (below 1: Triton "
+        "slower). GPU: CUDA-graph replays; whole call: eager calls with their host work. Share of the ceiling: GPU time.",
+        "",
+        "| regime | points | mode | n | vs fastest peer, GPU | at | vs fastest peer, whole call | at | % of ceiling, worst | at | % of ceiling, median |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for e in s["worst"]:
-        out.append(f"| {e['regime']} | {e['group']} | {e['mode']} | {e['points']} | {_r(e['worst_vs_peer_gpu'])} | {e['worst_vs_peer_gpu_at'] or '–'} "
-                   f"| {_r(e['worst_vs_peer_whole'])} | {e['worst_vs_peer_whole_at'] or '–'} | {_pct(e['worst_pct'])} | {e['worst_pct_at'] or '–'} "
-                   f"| {_pct(e['median_pct'])} |")
+        out.append(
+            f"| {e['regime']} | {e['group']} | {e['mode']} | {e['points']} | {_r(e['worst_vs_peer_gpu'])} | {e['worst_vs_peer_gpu_at'] or '–'} "
+            f"| {_r(e['worst_vs_peer_whole'])} | {e['worst_vs_peer_whole_at'] or '–'} | {_pct(e['worst_pct'])} | {e['worst_pct_at'] or '–'} "
+            f"| {_pct(e['median_pct'])} |"
+        )
     n = s["noise"]
-    out += ["", "## Noise", "",
-            "Points measured more than once (each run repeats the noise points at its end): spread (max - min) / min of the times "
-            "of one implementation and direction.", "",
-            "| mode | series | measurements | GPU, median | GPU, max | whole call, median | whole call, max |", "|---|---|---|---|---|---|---|"]
+    out += [
+        "",
+        "## Noise",
+        "",
+        "Points measured more than once (each run repeats the noise points at its end): spread (max - min) / min of the times "
+        "of one implementation and direction.",
+        "",
+        "| mode | series | measurements | GPU, median | GPU, max | whole call, median | whole call, max |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for mode, b in n["by_mode"].items():
-        out.append(f"| {mode} | {b['series']} | {b['measurements']} | {_frac(b['gpu_median'])} | {_frac(b['gpu_max'])} "
-                   f"| {_frac(b['whole_median'])} | {_frac(b['whole_max'])} |")
-    out += ["", f"Stated noise (largest GPU-time spread): {_frac(n['stated_gpu'])}; whole call: {_frac(n['stated_whole'])}."]
+        out.append(
+            f"| {mode} | {b['series']} | {b['measurements']} | {_frac(b['gpu_median'])} | {_frac(b['gpu_max'])} "
+            f"| {_frac(b['whole_median'])} | {_frac(b['whole_max'])} |"
+        )
+    out += [
+        "",
+        f"Stated noise (largest GPU-time spread): {_frac(n['stated_gpu'])}; whole call: {_frac(n['stated_whole'])}.",
+    ]
     out += ["", "## Targets", ""]
     for t in s["targets"]:
         within = f", {t['within_noise']} of them within the noise" if t["within_noise"] else ""
@@ -344,17 +454,26 @@ def markdown(merged: dict, summary: dict | None = None) -> str:
         for m in t["misses"]:
             out.append(f"  - miss: {m['label']} {m['mode']}: {m['why']}")
     out += ["", "## Coverage", ""]
-    out.append(f"- points missing from the runs: {len(merged.get('missing', []))}" + (f" ({', '.join(merged['missing'])})" if merged.get("missing") else ""))
+    out.append(
+        f"- points missing from the runs: {len(merged.get('missing', []))}"
+        + (f" ({', '.join(merged['missing'])})" if merged.get("missing") else "")
+    )
     failed_peers: dict[str, int] = {}
     for r in merged["rows"]:
         if r["impl"] != "triton" and not r.get("ok") and r.get("repeat", 0) == 0:
             failed_peers[f"{r['impl']} {r['mode']}"] = failed_peers.get(f"{r['impl']} {r['mode']}", 0) + 1
     if failed_peers:
-        out.append("- peers failing the oracle check (not timed, no peer there): " + ", ".join(f"{k} at {v} point(s)" for k, v in sorted(failed_peers.items())))
+        out.append(
+            "- peers failing the oracle check (not timed, no peer there): "
+            + ", ".join(f"{k} at {v} point(s)" for k, v in sorted(failed_peers.items()))
+        )
     prof = [r for r in merged["rows"] if r.get("gpu_method") == "profiler"]
     if prof:
-        out.append(f"- GPU times from the profiler's kernel records instead of a CUDA graph: {len(prof)} row(s): "
-                   + ", ".join(sorted({f"{r['impl']} {r['mode']}" for r in prof})) + f" (first note: {prof[0].get('gpu_note')})")
+        out.append(
+            f"- GPU times from the profiler's kernel records instead of a CUDA graph: {len(prof)} row(s): "
+            + ", ".join(sorted({f"{r['impl']} {r['mode']}" for r in prof}))
+            + f" (first note: {prof[0].get('gpu_note')})"
+        )
     return "\n".join(out) + "\n"
 
 

@@ -19,7 +19,9 @@ INTERPRETER = "interpreter"
 
 def _choose_backend() -> str:
     if os.environ.get("TRITON_INTERPRET") == "1":
-        log.info("rmsnorm_kernel: TRITON_INTERPRET=1 is set; the Triton kernels run on the CPU through Triton's interpreter")
+        log.info(
+            "rmsnorm_kernel: TRITON_INTERPRET=1 is set; the Triton kernels run on the CPU through Triton's interpreter"
+        )
         return INTERPRETER
     if torch.cuda.is_available():
         return CUDA

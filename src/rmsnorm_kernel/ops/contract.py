@@ -68,14 +68,21 @@ def check_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> None:
     if x_device.type != _KERNEL_DEVICE_TYPE:
         _fail("x", f"is on {x_device}", f"{_KERNEL_DEVICE_TYPE} tensors (the kernels run on the {backend()} backend)")
     if not gamma.is_contiguous():
-        _fail("gamma", f"is not contiguous (shape {tuple(gamma.shape)}, strides {tuple(gamma.stride())})", "a contiguous tensor")
+        _fail(
+            "gamma",
+            f"is not contiguous (shape {tuple(gamma.shape)}, strides {tuple(gamma.stride())})",
+            "a contiguous tensor",
+        )
     shape = x.shape
     if not shape:
         _fail("x", "is a 0-d tensor", "a tensor of shape (..., N)")
     n = shape[-1]
     if n == 0:
-        _fail("x", f"has rows of N = 0 elements (shape {tuple(shape)})",
-              f"1 <= N <= {MAX_N} (x may have zero rows, but not rows of zero elements)")
+        _fail(
+            "x",
+            f"has rows of N = 0 elements (shape {tuple(shape)})",
+            f"1 <= N <= {MAX_N} (x may have zero rows, but not rows of zero elements)",
+        )
     if gamma.shape != (n,):
         _fail("gamma", f"has shape {tuple(gamma.shape)}", f"shape ({n},), the last dimension of x")
     if x.numel():  # an x with no rows reads nothing: any layout will do
@@ -87,14 +94,20 @@ def check_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> None:
         _fail("x", f"has rows of N = {n} elements", f"N <= {MAX_N}")
 
 
-_LAYOUT_ACCEPTED = "a last dimension of stride 1 and rows at one uniform stride (a contiguous tensor, or a slice x[..., :N] of one)"
+_LAYOUT_ACCEPTED = (
+    "a last dimension of stride 1 and rows at one uniform stride (a contiguous tensor, or a slice x[..., :N] of one)"
+)
 
 
 def _check_row_layout(x: torch.Tensor, n: int) -> None:
     """The kernels address element (row, j) as row * row_stride + j: the last dimension must be contiguous
     and the leading dimensions must flatten to one row index with a single stride, without a copy."""
     if n != 1 and x.stride(-1) != 1:
-        _fail("x", f"has a last dimension of stride {x.stride(-1)} (shape {tuple(x.shape)}, strides {tuple(x.stride())})", _LAYOUT_ACCEPTED)
+        _fail(
+            "x",
+            f"has a last dimension of stride {x.stride(-1)} (shape {tuple(x.shape)}, strides {tuple(x.stride())})",
+            _LAYOUT_ACCEPTED,
+        )
     if x.dim() > 2:
         try:
             x.view(-1, n)

@@ -59,8 +59,19 @@ from .launch import SUM_BLOCK_N, SUM_BLOCK_P, SUM_WARPS, Plan, plan_for, vector_
 
 @triton.jit
 def _rmsnorm_fwd_kernel(
-    X, GAMMA, Y, CALLS, M, N, stride_x, stride_y, eps,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, VEC: tl.constexpr,
+    X,
+    GAMMA,
+    Y,
+    CALLS,
+    M,
+    N,
+    stride_x,
+    stride_y,
+    eps,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    STAGES: tl.constexpr,
+    VEC: tl.constexpr,
 ):
     # BLOCK_M rows per tile: short rows share a tile so that each one moves enough bytes. Program p takes
     # the tiles p, p + P, ...: one tile each when the grid covers them all, several when it is persistent,
@@ -93,8 +104,23 @@ def _rmsnorm_fwd_kernel(
 
 @triton.jit
 def _rmsnorm_bwd_kernel(
-    DY, X, GAMMA, DX, DGAMMA_OUT, CALLS, M, N, stride_dy, stride_x, stride_dx, eps,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FINAL: tl.constexpr, STAGES: tl.constexpr, VEC: tl.constexpr,
+    DY,
+    X,
+    GAMMA,
+    DX,
+    DGAMMA_OUT,
+    CALLS,
+    M,
+    N,
+    stride_dy,
+    stride_x,
+    stride_dx,
+    eps,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    FINAL: tl.constexpr,
+    STAGES: tl.constexpr,
+    VEC: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
@@ -137,8 +163,18 @@ def _rmsnorm_bwd_kernel(
 
 @triton.jit
 def _rmsnorm_fwd_chunked_kernel(
-    X, GAMMA, Y, CALLS, N, stride_x, stride_y, eps,
-    BLOCK_N: tl.constexpr, STAGES: tl.constexpr, EVEN_N: tl.constexpr, VEC: tl.constexpr,
+    X,
+    GAMMA,
+    Y,
+    CALLS,
+    N,
+    stride_x,
+    stride_y,
+    eps,
+    BLOCK_N: tl.constexpr,
+    STAGES: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    VEC: tl.constexpr,
 ):
     # One program per row (a persistent loop over rows measured slower, docs/performance-notes.md).
     if tl.program_id(0) == 0:  # count the call on the device
@@ -156,7 +192,9 @@ def _rmsnorm_fwd_chunked_kernel(
         if EVEN_N:
             x = tl.load(x_row + start + cols, eviction_policy="evict_last").to(tl.float32)
         else:
-            x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0, eviction_policy="evict_last").to(
+                tl.float32
+            )
         sum_sq += x * x
     r = tl.div_rn(1.0, tl.sqrt_rn(tl.sum(sum_sq, axis=0) / N + eps))  # N, not the chunks' total width
     # Pass 2: y = x * r * gamma. This read of x is its last (evict_first); gamma is read by every row
@@ -180,8 +218,19 @@ def _rmsnorm_fwd_chunked_kernel(
 
 @triton.jit
 def _rmsnorm_bwd_row_stats_kernel(
-    DY, X, GAMMA, RSTD, COEF, CALLS, N, stride_dy, stride_x, eps,
-    BLOCK_N: tl.constexpr, STAGES: tl.constexpr, VEC: tl.constexpr,
+    DY,
+    X,
+    GAMMA,
+    RSTD,
+    COEF,
+    CALLS,
+    N,
+    stride_dy,
+    stride_x,
+    eps,
+    BLOCK_N: tl.constexpr,
+    STAGES: tl.constexpr,
+    VEC: tl.constexpr,
 ):
     # Per row: r, and coef = r^3 * mean(u * x), the two numbers dx = r * u - x * coef needs.
     if tl.program_id(0) == 0:  # count the call on the device
@@ -205,8 +254,22 @@ def _rmsnorm_bwd_row_stats_kernel(
 
 @triton.jit
 def _rmsnorm_bwd_looped_kernel(
-    DY, X, GAMMA, DX, PARTIAL, RSTD, COEF, M, N, stride_dy, stride_x, stride_dx,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, VEC: tl.constexpr,
+    DY,
+    X,
+    GAMMA,
+    DX,
+    PARTIAL,
+    RSTD,
+    COEF,
+    M,
+    N,
+    stride_dy,
+    stride_x,
+    stride_dx,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    STAGES: tl.constexpr,
+    VEC: tl.constexpr,
 ):
     # Program (p, s): column segment s of the rows p, p + P, ...; its dgamma share stays in registers
     # because a segment, unlike a 65536-wide row, fits there.
@@ -272,7 +335,9 @@ def _empty_like_contiguous(x: torch.Tensor) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
-def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, calls: torch.Tensor, p: Plan | None = None) -> torch.Tensor:
+def rmsnorm_forward(
+    x: torch.Tensor, gamma: torch.Tensor, eps: float, calls: torch.Tensor, p: Plan | None = None
+) -> torch.Tensor:
     """y = rmsnorm(x) * gamma in x's dtype, contiguous, for x of shape (..., N) with rows at one stride.
     ``calls``: a one-element int32 counter on x's device that the kernel increments (not for an x
     with no rows: nothing is launched)."""
@@ -286,12 +351,37 @@ def rmsnorm_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, calls: tor
     p = p or plan_for(x2, gamma, vec)
     if p.fwd_two_pass:
         _rmsnorm_fwd_chunked_kernel[(p.fwd_programs,)](
-            x2, gamma, y, calls, n, x2.stride(0), n, eps,
-            BLOCK_N=p.block_n, STAGES=p.fwd_stages, EVEN_N=n % p.block_n == 0, VEC=vec, num_warps=p.fwd_warps)
+            x2,
+            gamma,
+            y,
+            calls,
+            n,
+            x2.stride(0),
+            n,
+            eps,
+            BLOCK_N=p.block_n,
+            STAGES=p.fwd_stages,
+            EVEN_N=n % p.block_n == 0,
+            VEC=vec,
+            num_warps=p.fwd_warps,
+        )
     else:
         _rmsnorm_fwd_kernel[(p.fwd_programs,)](
-            x2, gamma, y, calls, rows, n, x2.stride(0), n, eps,
-            BLOCK_M=p.fwd_block_m, BLOCK_N=p.block_n, STAGES=p.fwd_stages, VEC=vec, num_warps=p.fwd_warps)
+            x2,
+            gamma,
+            y,
+            calls,
+            rows,
+            n,
+            x2.stride(0),
+            n,
+            eps,
+            BLOCK_M=p.fwd_block_m,
+            BLOCK_N=p.block_n,
+            STAGES=p.fwd_stages,
+            VEC=vec,
+            num_warps=p.fwd_warps,
+        )
     return y
 
 
@@ -319,20 +409,66 @@ def rmsnorm_backward(
         coef = torch.empty(rows, dtype=torch.float32, device=x.device)
         partial = torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
         _rmsnorm_bwd_row_stats_kernel[(rows,)](
-            dy2, x2, gamma, rstd, coef, calls, n, sdy, sx, eps,
-            BLOCK_N=p.stats_block_n, STAGES=p.bwd_stages, VEC=vec, num_warps=p.stats_warps)
+            dy2,
+            x2,
+            gamma,
+            rstd,
+            coef,
+            calls,
+            n,
+            sdy,
+            sx,
+            eps,
+            BLOCK_N=p.stats_block_n,
+            STAGES=p.bwd_stages,
+            VEC=vec,
+            num_warps=p.stats_warps,
+        )
         _rmsnorm_bwd_looped_kernel[p.bwd_grid](
-            dy2, x2, gamma, dx, partial, rstd, coef, rows, n, sdy, sx, n,
-            BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, STAGES=p.bwd_stages, VEC=vec, num_warps=p.bwd_warps)
+            dy2,
+            x2,
+            gamma,
+            dx,
+            partial,
+            rstd,
+            coef,
+            rows,
+            n,
+            sdy,
+            sx,
+            n,
+            BLOCK_M=p.bwd_block_m,
+            BLOCK_N=p.bwd_block_n,
+            STAGES=p.bwd_stages,
+            VEC=vec,
+            num_warps=p.bwd_warps,
+        )
     else:
         final = p.partial_rows == 0
         partial = dgamma if final else torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
         _rmsnorm_bwd_kernel[p.bwd_grid[:1]](
-            dy2, x2, gamma, dx, partial, calls, rows, n, sdy, sx, n, eps,
-            BLOCK_M=p.bwd_block_m, BLOCK_N=p.bwd_block_n, FINAL=final, STAGES=p.bwd_stages, VEC=vec,
-            num_warps=p.bwd_warps)
+            dy2,
+            x2,
+            gamma,
+            dx,
+            partial,
+            calls,
+            rows,
+            n,
+            sdy,
+            sx,
+            n,
+            eps,
+            BLOCK_M=p.bwd_block_m,
+            BLOCK_N=p.bwd_block_n,
+            FINAL=final,
+            STAGES=p.bwd_stages,
+            VEC=vec,
+            num_warps=p.bwd_warps,
+        )
         if final:
             return dx, dgamma
     _dgamma_column_sum_kernel[(triton.cdiv(n, SUM_BLOCK_N),)](
-        partial, dgamma, p.partial_rows, n, BLOCK_P=SUM_BLOCK_P, BLOCK_N=SUM_BLOCK_N, num_warps=SUM_WARPS)
+        partial, dgamma, p.partial_rows, n, BLOCK_P=SUM_BLOCK_P, BLOCK_N=SUM_BLOCK_N, num_warps=SUM_WARPS
+    )
     return dx, dgamma

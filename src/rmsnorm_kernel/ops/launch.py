@@ -134,7 +134,7 @@ class Plan:
     vec: int
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gpu_limits(device_index: int | None) -> Gpu:
     """The limits of a CUDA device by index (None or -1: the current one); the interpreter's stand-in
     when the kernels do not run on a GPU."""
@@ -142,9 +142,12 @@ def gpu_limits(device_index: int | None) -> Gpu:
         return INTERPRETER_GPU
     index = device_index if device_index is not None and device_index >= 0 else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
-    return Gpu(sms=props.multi_processor_count,
-               smem_bytes=getattr(props, "shared_memory_per_block_optin", 0) or DEFAULT_SMEM_BYTES,
-               l2_bytes=props.L2_cache_size, threads_per_sm=props.max_threads_per_multi_processor)
+    return Gpu(
+        sms=props.multi_processor_count,
+        smem_bytes=getattr(props, "shared_memory_per_block_optin", 0) or DEFAULT_SMEM_BYTES,
+        l2_bytes=props.L2_cache_size,
+        threads_per_sm=props.max_threads_per_multi_processor,
+    )
 
 
 def stages_that_fit(wanted: int, bytes_per_stage: int, smem_bytes: int) -> int:
@@ -196,13 +199,29 @@ def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int) -> dict:
     block_m, warps = whole_row_tile(block_n)
     tiles = triton.cdiv(rows, block_m)
     if aligned:
-        return dict(looped=False, fwd_two_pass=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps,
-                    fwd_programs=tiles, fwd_stages=1)
+        return dict(
+            looped=False,
+            fwd_two_pass=False,
+            block_n=block_n,
+            fwd_block_m=block_m,
+            fwd_warps=warps,
+            fwd_programs=tiles,
+            fwd_stages=1,
+        )
     programs = min(tiles, UNALIGNED_FWD_PROGRAMS_PER_SM * gpu.sms)
     # Pipelining needs a second tile to fetch: with one tile per program it only adds a prologue.
-    stages = stages_that_fit(UNALIGNED_FWD_STAGES, block_m * block_n * x_bytes, gpu.smem_bytes) if programs < tiles else 1
-    return dict(looped=False, fwd_two_pass=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps,
-                fwd_programs=programs, fwd_stages=stages)
+    stages = (
+        stages_that_fit(UNALIGNED_FWD_STAGES, block_m * block_n * x_bytes, gpu.smem_bytes) if programs < tiles else 1
+    )
+    return dict(
+        looped=False,
+        fwd_two_pass=False,
+        block_n=block_n,
+        fwd_block_m=block_m,
+        fwd_warps=warps,
+        fwd_programs=programs,
+        fwd_stages=stages,
+    )
 
 
 def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> dict:
@@ -212,26 +231,48 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
         programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), SEG_PROGRAMS_PER_SM * gpu.sms // segments))
         # One depth for both steps: the one whose loads (row statistics: x, dy and gamma) take more room.
         per_stage = max(STATS_BLOCK_N * (2 * x_bytes + gamma_bytes), 2 * SEG_BLOCK_M * SEG_BLOCK_N * x_bytes)
-        return dict(bwd_block_m=SEG_BLOCK_M, bwd_block_n=SEG_BLOCK_N, bwd_warps=SEG_WARPS, partial_rows=programs,
-                    bwd_grid=(programs, segments), bwd_stages=stages_that_fit(LOOP_STAGES, per_stage, gpu.smem_bytes),
-                    stats_block_n=STATS_BLOCK_N, stats_warps=STATS_WARPS)
+        return dict(
+            bwd_block_m=SEG_BLOCK_M,
+            bwd_block_n=SEG_BLOCK_N,
+            bwd_warps=SEG_WARPS,
+            partial_rows=programs,
+            bwd_grid=(programs, segments),
+            bwd_stages=stages_that_fit(LOOP_STAGES, per_stage, gpu.smem_bytes),
+            stats_block_n=STATS_BLOCK_N,
+            stats_warps=STATS_WARPS,
+        )
     no_stats = dict(stats_block_n=0, stats_warps=0)
     if rows * block_n <= SINGLE_PROGRAM_ELEMENTS:
         block_m = min(triton.next_power_of_2(rows), max(1, SINGLE_TILE_ELEMENTS // block_n))
         stages = stages_that_fit(BWD_STAGES, 2 * block_m * block_n * x_bytes, gpu.smem_bytes) if rows > block_m else 1
-        return dict(bwd_block_m=block_m, bwd_block_n=block_n, bwd_warps=max(1, min(SINGLE_WARPS, block_m * block_n // 32)),
-                    partial_rows=0, bwd_grid=(1, 1), bwd_stages=stages, **no_stats)
+        return dict(
+            bwd_block_m=block_m,
+            bwd_block_n=block_n,
+            bwd_warps=max(1, min(SINGLE_WARPS, block_m * block_n // 32)),
+            partial_rows=0,
+            bwd_grid=(1, 1),
+            bwd_stages=stages,
+            **no_stats,
+        )
     block_m, warps = backward_tile(block_n, x_bytes)
     tiles = triton.cdiv(rows, block_m)
     programs = min(tiles, BWD_PROGRAMS_PER_SM * gpu.sms)
     stages = stages_that_fit(BWD_STAGES, 2 * block_m * block_n * x_bytes, gpu.smem_bytes) if programs < tiles else 1
-    return dict(bwd_block_m=block_m, bwd_block_n=block_n, bwd_warps=warps, partial_rows=programs,
-                bwd_grid=(programs, 1), bwd_stages=stages, **no_stats)
+    return dict(
+        bwd_block_m=block_m,
+        bwd_block_n=block_n,
+        bwd_warps=warps,
+        partial_rows=programs,
+        bwd_grid=(programs, 1),
+        bwd_stages=stages,
+        **no_stats,
+    )
 
 
 @functools.lru_cache(maxsize=4096)
-def plan(rows: int, n: int, gpu: Gpu = INTERPRETER_GPU, vec: int | None = None, x_bytes: int = 4,
-         gamma_bytes: int = 4) -> Plan:
+def plan(
+    rows: int, n: int, gpu: Gpu = INTERPRETER_GPU, vec: int | None = None, x_bytes: int = 4, gamma_bytes: int = 4
+) -> Plan:
     """The plan for ``rows`` rows of ``n`` elements of ``x_bytes`` bytes on ``gpu``. ``vec``: elements per
     vector load of x (``vector_width``); None: as many as 16 bytes and N allow (rows that start on
     16-byte boundaries)."""

@@ -61,7 +61,9 @@ class RMSNorm(nn.Module):
             reason = self._refusal(x)
             if reason is not None:
                 if self.fallback_count == 0:
-                    log.warning("RMSNorm: %s; using the reference path (fallback='reference'), counted from now on", reason)
+                    log.warning(
+                        "RMSNorm: %s; using the reference path (fallback='reference'), counted from now on", reason
+                    )
                 self.fallback_count += 1
                 return rmsnorm_reference(x, self.weight, self.eps)
         return rmsnorm(x, self.weight, self.eps)

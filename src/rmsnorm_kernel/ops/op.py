@@ -31,8 +31,10 @@ _COUNTERS: dict[torch.device, tuple[Tensor, Tensor]] = {}
 def _counters(device: torch.device) -> tuple[Tensor, Tensor]:
     c = _COUNTERS.get(device)
     if c is None:
-        c = _COUNTERS[device] = (torch.zeros(1, dtype=torch.int32, device=device),
-                                 torch.zeros(1, dtype=torch.int32, device=device))
+        c = _COUNTERS[device] = (
+            torch.zeros(1, dtype=torch.int32, device=device),
+            torch.zeros(1, dtype=torch.int32, device=device),
+        )
     return c
 
 
@@ -59,7 +61,9 @@ def _forward(x: Tensor, gamma: Tensor, eps: float, plan: Plan | None = None) -> 
     return kernels.rmsnorm_forward(x, gamma, eps, _counters(x.device)[0], plan)
 
 
-def _backward_kernels(dy: Tensor, x: Tensor, gamma: Tensor, eps: float, plan: Plan | None = None) -> tuple[Tensor, Tensor]:
+def _backward_kernels(
+    dy: Tensor, x: Tensor, gamma: Tensor, eps: float, plan: Plan | None = None
+) -> tuple[Tensor, Tensor]:
     return kernels.rmsnorm_backward(dy, x, gamma, eps, _counters(x.device)[1], plan)
 
 

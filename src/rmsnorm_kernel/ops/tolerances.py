@@ -72,7 +72,9 @@ def compare(
         e = e_all[start : start + chunk].to(torch.float64)
         inf_e = torch.isinf(e)
         same_nonfinite = (
-            torch.equal(torch.isnan(a), torch.isnan(e)) and torch.equal(a[inf_e], e[inf_e]) and torch.equal(torch.isinf(a), inf_e)
+            torch.equal(torch.isnan(a), torch.isnan(e))
+            and torch.equal(a[inf_e], e[inf_e])
+            and torch.equal(torch.isinf(a), inf_e)
         )
         finite = torch.isfinite(e) & torch.isfinite(a)
         d, ef = (a - e).abs()[finite], e.abs()[finite]

@@ -95,7 +95,9 @@ class Parity(L.Callback):
         worst = max(c.worst_over_tol for c in comparisons)  # <= 1 exactly when every compare() passed
         # The same verdict on every process (none is left waiting in the next collective), in float64:
         # a float32 copy would round a ratio just above 1 down to 1.
-        worst = float(trainer.strategy.reduce(torch.tensor(worst, dtype=torch.float64, device=x.device), reduce_op="max"))
+        worst = float(
+            trainer.strategy.reduce(torch.tensor(worst, dtype=torch.float64, device=x.device), reduce_op="max")
+        )
         self.checked_steps.append(step)
         if trainer.logger is not None:
             metrics = {
@@ -184,7 +186,10 @@ class StepTimer(L.Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         if self.norm_events and pl_module.device.type == "cuda" and not self._hooks:
             norm = pl_module.net.norm
-            self._hooks = [norm.register_forward_pre_hook(self._before_norm), norm.register_forward_hook(self._after_norm)]
+            self._hooks = [
+                norm.register_forward_pre_hook(self._before_norm),
+                norm.register_forward_hook(self._after_norm),
+            ]
 
     def on_train_end(self, trainer, pl_module) -> None:
         for hook in self._hooks:
@@ -297,7 +302,11 @@ class SaveOnSignal(L.Callback):
         # The checkpoint callback's folder is process 0's on every process (Lightning broadcasts it), so the
         # line each process prints names the file process 0 writes.
         checkpoint_callback = trainer.checkpoint_callback
-        folder = Path(checkpoint_callback.dirpath) if checkpoint_callback and checkpoint_callback.dirpath else self.checkpoint_dir
+        folder = (
+            Path(checkpoint_callback.dirpath)
+            if checkpoint_callback and checkpoint_callback.dirpath
+            else self.checkpoint_dir
+        )
         path = folder / "last.ckpt"
         trainer.save_checkpoint(path, weights_only=False)
         self.saved, self.step = path, trainer.global_step

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -23,7 +23,7 @@ from ..ops.impls import FALLBACKS, IMPLS
 class NormConfig:
     impl: str = MISSING
     eps: float = MISSING
-    fallback: Optional[str] = None
+    fallback: str | None = None
 
 
 @dataclass
@@ -85,7 +85,7 @@ class Config:
     paths: PathsConfig = field(default_factory=PathsConfig)
     seed: int = MISSING
     compile: bool = MISSING
-    ckpt_path: Optional[str] = None
+    ckpt_path: str | None = None
 
 
 def register_configs() -> None:
@@ -132,7 +132,9 @@ def validate(cfg: DictConfig) -> None:
         if not value > 0:
             raise ConfigError(f"{key} is {value}; accepted: a number > 0")
     if cfg.parity.every_n_steps < 0:
-        raise ConfigError(f"parity.every_n_steps is {cfg.parity.every_n_steps}; accepted: an integer >= 0 (0: only the initial check)")
+        raise ConfigError(
+            f"parity.every_n_steps is {cfg.parity.every_n_steps}; accepted: an integer >= 0 (0: only the initial check)"
+        )
     if cfg.data.noise < 0:
         raise ConfigError(f"data.noise is {cfg.data.noise}; accepted: a number >= 0")
     if cfg.norm.fallback not in FALLBACKS:

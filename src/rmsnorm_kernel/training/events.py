@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from lightning.pytorch.loggers import TensorBoardLogger
@@ -45,9 +46,15 @@ LAYOUT = {
     "rmsnorm_kernel: reference against triton": {
         "train/mse": ["Multiline", [r"^train/mse$"]],
         "val/mse": ["Multiline", [r"^val/mse$"]],
-        "parity: largest |difference| of outputs and gradients": ["Multiline", [r"^parity/output_err$", r"^parity/grad_err$"]],
+        "parity: largest |difference| of outputs and gradients": [
+            "Multiline",
+            [r"^parity/output_err$", r"^parity/grad_err$"],
+        ],
         "parity: worst difference / tolerance (passes at 1 or less)": ["Multiline", [r"^parity/worst_over_tol$"]],
-        "time/step_ms and time/rmsnorm_ms (medians of each logging window)": ["Multiline", [r"^time/step_ms$", r"^time/rmsnorm_ms$"]],
+        "time/step_ms and time/rmsnorm_ms (medians of each logging window)": [
+            "Multiline",
+            [r"^time/step_ms$", r"^time/rmsnorm_ms$"],
+        ],
     }
 }
 

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops.module import RMSNorm
 from ..ops.backend import kernel_device_type
 from ..ops.contract import ContractError, check_forward
+from ..ops.module import RMSNorm
 from ..ops.op import call_counts
 
 #: The constructor arguments of ``build_network``, as saved in a checkpoint's hyper-parameters.
@@ -67,8 +67,13 @@ class RMSNormRegressor(L.LightningModule):
         self.save_hyperparameters(logger=False)
         self.net = build_network(input_dim, hidden_dim, output_dim, norm_impl, eps, norm_fallback)
         self.calls = {
-            "train/forward": 0, "train/backward": 0, "train/fallback": 0, "val/forward": 0, "test/forward": 0,
-            "parity/forward": 0, "parity/backward": 0,  # callbacks.Parity's own Triton calls
+            "train/forward": 0,
+            "train/backward": 0,
+            "train/fallback": 0,
+            "val/forward": 0,
+            "test/forward": 0,
+            "parity/forward": 0,
+            "parity/backward": 0,  # callbacks.Parity's own Triton calls
         }
         self._test_sq_err = 0.0
         self._test_count = 0

@@ -114,7 +114,9 @@ def claim_version(runs_dir: Path, checkpoints_dir: Path) -> int:
     a version."""
 
     def next_version(folder: Path) -> int:
-        numbers = [int(p.name[len("version_"):]) for p in folder.glob("version_*") if p.name[len("version_"):].isdigit()]
+        numbers = [
+            int(p.name[len("version_") :]) for p in folder.glob("version_*") if p.name[len("version_") :].isdigit()
+        ]
         return max(numbers, default=-1) + 1
 
     version = max(next_version(runs_dir), next_version(checkpoints_dir))

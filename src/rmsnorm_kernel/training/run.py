@@ -27,11 +27,11 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from ..ops.backend import backend

@@ -18,9 +18,23 @@ from .run import RunResult
 
 #: The rows of the multirun table, in order; each run is a column.
 TABLE_KEYS = (
-    "backend", "steps", "train/mse", "val/mse", "test/mse", "calls/forward", "calls/backward",
-    "parity/initial_output_err", "parity/initial_grad_err", "parity/worst_over_tol", "calls/parity_forward",
-    "reload/max_abs_diff", "time/step_ms", "time/rmsnorm_ms", "initial_weights_sha256", "seconds", "ok",
+    "backend",
+    "steps",
+    "train/mse",
+    "val/mse",
+    "test/mse",
+    "calls/forward",
+    "calls/backward",
+    "parity/initial_output_err",
+    "parity/initial_grad_err",
+    "parity/worst_over_tol",
+    "calls/parity_forward",
+    "reload/max_abs_diff",
+    "time/step_ms",
+    "time/rmsnorm_ms",
+    "initial_weights_sha256",
+    "seconds",
+    "ok",
 )
 
 
@@ -167,8 +181,12 @@ class MultirunSummary(HydraCallback):
         out_dir.mkdir(parents=True, exist_ok=True)
         stamp = f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}"  # two sweeps never share a file
         (out_dir / f"summary_{stamp}.md").write_text(text + "\n")
-        report = {"runs": rows, "failures": [asdict(r)["failures"] for r in self.results], "crashed": self.crashed,
-                  "jobs": self.jobs}
+        report = {
+            "runs": rows,
+            "failures": [asdict(r)["failures"] for r in self.results],
+            "crashed": self.crashed,
+            "jobs": self.jobs,
+        }
         (out_dir / f"summary_{stamp}.json").write_text(json.dumps(report, indent=2))
         print(f"summary written to {out_dir / f'summary_{stamp}.md'}", flush=True)
         failed = [j for j in self.jobs if not j["ok"]]
