@@ -147,8 +147,8 @@ def test_a_refused_shape_is_skipped_with_the_contract_reason_and_not_checked_aga
     for step in (0, 1, 2):
         parity.on_train_batch_start(trainer_at(step, logger=False), module, batch, 0)
     assert (
-        parity.skipped
-        == "the Triton contract refuses this shape (rmsnorm (triton): x has rows of N = 70000 elements; accepted: N <= 65536)"
+        parity.skipped == "the Triton contract refuses this shape "
+        "(rmsnorm (triton): x has rows of N = 70000 elements; accepted: N <= 65536)"
     )
     assert parity.checked_steps == [] and parity.ok  # nothing was compared: no check to report
 

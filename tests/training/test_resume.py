@@ -116,7 +116,8 @@ def test_ckpt_path_last_without_a_previous_run_is_refused(tmp_path, capsys):
         main(tmp_path, "ckpt_path=last")
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"train.py: checkpoint error: ckpt_path=last: {tmp_path}/checkpoints/triton_seed0 holds no last.ckpt to resume from"
+        f"train.py: checkpoint error: ckpt_path=last: {tmp_path}/checkpoints/triton_seed0 "
+        "holds no last.ckpt to resume from"
     )
     assert list(tmp_path.iterdir()) == []
 

@@ -173,7 +173,8 @@ def test_failed_checks_name_each_failure():
     )
     parity = SimpleNamespace(ok=False, output_err=0.5, grad_err=0.25, dtype=torch.bfloat16)
     assert failed_checks(cfg, result, parity, 0.125, "reference") == [
-        "initial parity: outputs differ by 0.5, gradients by 0.25, beyond the bfloat16 tolerance (atol 0.0234375, rtol 0.0234375)",
+        "initial parity: outputs differ by 0.5, gradients by 0.25, "
+        "beyond the bfloat16 tolerance (atol 0.0234375, rtol 0.0234375)",
         "reload parity: test outputs differ by 0.125 after reloading c/final.ckpt (must be 0)",
         "reload parity: c/final.ckpt reloaded with norm 'reference', trained with 'triton'",
     ]  # 8 + 2 fallbacks = 10 steps: the integration check passes

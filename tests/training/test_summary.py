@@ -59,7 +59,8 @@ def test_the_summary_of_a_run_that_passed():
         "  Triton calls: train forward 4, backward 4; val forward 2, test forward 1; "
         "training fallbacks to the reference 0 (counts of process 0)",
         "  initial parity: output 2.5e-07, grad 7.5e-09",
-        "  parity along the run: 3 checks in this command, worst difference 0.25 of the tolerance; their Triton calls: forward 3, backward 3",
+        "  parity along the run: 3 checks in this command, worst difference 0.25 of the tolerance; "
+        "their Triton calls: forward 3, backward 3",
         "  reload parity: max |diff| 0.0 (bit-identical)",
         "  logs: runs/triton",
         "  checkpoint: ck/triton/final.ckpt",

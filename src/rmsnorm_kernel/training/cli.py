@@ -2,9 +2,10 @@
 
 Exit codes: 0 for a run that passed its checks, and for a resume that found nothing to train (one
 line on standard output says so); 2 for a configuration, checkpoint or output path refused before any
-work, and for a run whose checkpoint folder another live process is writing (its lock); 143 (SIGTERM) or 130 (SIGINT) for a run stopped by that signal, after writing ``last.ckpt``
-(the line names it and the command that resumes it); 1 for a run stopped by a
-non-finite loss, by a parity check past the tolerance or by the Triton contract, or a failed check. In a multirun, a job that fails prints its
+work, and for a run whose checkpoint folder another live process is writing (its lock); 143 (SIGTERM) or
+130 (SIGINT) for a run stopped by that signal, after writing ``last.ckpt`` (the line names it and the
+command that resumes it); 1 for a run stopped by a non-finite loss, by a parity check past the tolerance
+or by the Triton contract, or a failed check. In a multirun, a job that fails prints its
 line and returns a ``RunResult`` whose ``stopped`` holds that line (an unexpected exception prints its
 traceback too): the next job runs, and the exit code comes at the end, for all jobs
 (``summary.MultirunSummary``). Hydra itself exits 1 for a value of the wrong type or an unknown key.

@@ -206,7 +206,8 @@ def run(cfg: DictConfig) -> RunResult:
 
     Raises ``ConfigError``, ``CheckpointError``, ``PathError`` (all before anything is written),
     ``checkpoints.RunInUse`` (another live process writes the run), ``NonFiniteLossError``,
-    ``ContractError`` and ``callbacks.Interrupted`` (SIGTERM, SIGINT); ``cli.main`` turns each into one line and an exit code.
+    ``ContractError`` and ``callbacks.Interrupted`` (SIGTERM, SIGINT); ``cli.main`` turns each into one line
+    and an exit code.
     """
     validate(cfg)
     # The splits are small tensors already in memory; worker processes would only add start-up time.

@@ -54,7 +54,8 @@ def format_summary(r: RunResult) -> str:
         (
             f"  initial parity: skipped: {r.parity_skipped}"
             if r.parity_skipped
-            else f"  initial parity: output {m['parity/initial_output_err']:.3g}, grad {m['parity/initial_grad_err']:.3g}"
+            else f"  initial parity: output {m['parity/initial_output_err']:.3g}, "
+            f"grad {m['parity/initial_grad_err']:.3g}"
             if m.get("parity/initial_output_err") is not None
             else "  initial parity: measured at step 0 by the run this one resumed"
         ),
@@ -172,7 +173,8 @@ class MultirunSummary(HydraCallback):
                 row["run"] = f"{row['run']} ({job['overrides']})"
         table = summary_table(rows) if rows else "(no run finished)"
         jobs = "\n".join(
-            f"job {j['job']} ({j['overrides']}): {'OK' if j['ok'] else 'FAILED'}{': ' + j['reason'] if j['reason'] else ''}"
+            f"job {j['job']} ({j['overrides']}): {'OK' if j['ok'] else 'FAILED'}"
+            + (f": {j['reason']}" if j["reason"] else "")
             for j in self.jobs
         )
         text = f"{table}\n\n{jobs}"
