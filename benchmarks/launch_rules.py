@@ -116,7 +116,7 @@ def run_item(kind: str, dtype_name: str, n: int, device: str, bench, x_bytes_tot
     rows = max(1, x_bytes_total // (n * dtype.itemsize))
     x, gamma, dy = make_inputs((rows, n), dtype, device)
     calls = torch.zeros(1, dtype=torch.int32, device=device)
-    gpu = launch.gpu_limits(x.get_device())
+    gpu = launch.gpu_for(x)
     base = launch.plan_for(x, gamma)
     copy_out = torch.empty_like(x)
     copy_ms = bench(lambda: copy_out.copy_(x))

@@ -3,6 +3,7 @@ row layouts the contract accepts."""
 
 import pytest
 import torch
+import triton
 
 from rmsnorm_kernel import oracle, rmsnorm, rmsnorm_reference
 from rmsnorm_kernel.ops import kernels, launch
@@ -24,7 +25,7 @@ SHAPES = [
     (2, 5, 257),
     (3, 4, 1, 64),
 ]
-# Rows walked in chunks by the forward (launch.py, rule 1b): N a multiple of the chunk, and not.
+# Rows the forward walks in chunks: N a multiple of the chunk, and not.
 CHUNKED_SHAPES = [(5, 3072), (17, 3000)]
 # Rows longer than launch.ROW_LIMIT take the looped kernels; N = 65536 is the contract's limit.
 LONG_CASES = [
@@ -62,15 +63,17 @@ def test_triton_matches_oracle_forward_dx_and_dgamma(shape, dtype, device):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", CHUNKED_SHAPES, ids=str)
 def test_rows_the_forward_walks_in_chunks_match_oracle(shape, dtype, device):
-    p = launch.plan(shape[0], shape[1], launch.gpu_limits(None), None, dtype.itemsize, dtype.itemsize)
-    assert p.fwd_two_pass and not p.looped and (shape[1] % p.block_n == 0) == (shape[1] == 3072)
-    assert_matches_oracle(*make_inputs(shape, dtype, device))
+    x, gamma, dy = make_inputs(shape, dtype, device)
+    p = launch.plan_for(x, gamma)
+    assert p.fwd_branch == "chunks" and not p.looped and (shape[1] % p.block_n == 0) == (shape[1] == 3072)
+    assert_matches_oracle(x, gamma, dy)
 
 
 @pytest.mark.parametrize("shape, dtype", LONG_CASES, ids=str)
 def test_long_rows_match_oracle_forward_dx_and_dgamma(shape, dtype, device):
-    assert launch.plan(shape[0], shape[-1]).looped
-    assert_matches_oracle(*make_inputs(shape, dtype, device))
+    x, gamma, dy = make_inputs(shape, dtype, device)
+    assert launch.plan_for(x, gamma).bwd_branch == "looped"
+    assert_matches_oracle(x, gamma, dy)
 
 
 @pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16], ids=str)
@@ -93,10 +96,8 @@ def test_triton_matches_hand_worked_numbers(device):
 
 @pytest.mark.parametrize("shape", [(128, 1000), (40, 4096), (9, 9000)], ids=str)
 def test_backward_with_dgamma_partials_is_bitwise_deterministic(shape, device):
-    assert (
-        launch.plan(shape[0], shape[1], launch.gpu_limits(None)).partial_rows >= 1
-    )  # the two-pass dgamma reduction runs
     x, gamma, dy = make_inputs(shape, torch.float32, device)
+    assert launch.plan_for(x, gamma).partial_rows >= 1  # the two-pass dgamma reduction runs
     first, second = triton_grads(x, gamma, dy), triton_grads(x, gamma, dy)
     for a, b in zip(first, second):
         assert torch.equal(a, b)
@@ -112,31 +113,31 @@ def test_backward_accepts_a_broadcast_upstream_gradient(device):
 def test_rows_off_a_16_byte_boundary_take_persistent_programs_and_match(device):
     """float16 rows of 4097 elements start off 16-byte boundaries: the forward runs fewer, persistent
     programs that loop over the row tiles."""
-    rows = 4 * launch.UNALIGNED_FWD_PROGRAMS_PER_SM * launch.gpu_limits(None).sms + 3
+    rows = 8 * launch.gpu_for(torch.empty(0, device=device)).sms + 3  # more than a persistent grid's programs
     x, gamma, dy = make_inputs((rows, 4097), torch.float16, device)
     p = launch.plan_for(x, gamma)
-    assert launch.vector_width(4097, x) == 1 and p.fwd_programs < rows
+    assert launch.vector_width(4097, x) == 1 and p.fwd_branch == "whole_rows_persistent" and p.fwd_programs < rows
     assert_matches_oracle(x, gamma, dy)
 
 
 @pytest.mark.parametrize("n", [16384, 20000], ids=lambda n: f"N={n}")
 def test_looped_forward_with_whole_chunks_or_a_partial_last_chunk(n, device):
     """N a multiple of the chunk takes the unmasked loads (EVEN_N), any other N the masked ones."""
-    p = launch.plan(3, n)
-    assert p.looped and p.fwd_programs == 3 and (n % p.block_n == 0) == (n == 16384)
     x, gamma, dy = make_inputs((3, n), torch.bfloat16, device)
+    p = launch.plan_for(x, gamma)
+    assert p.looped and p.fwd_two_pass and p.fwd_programs == 3 and (n % p.block_n == 0) == (n == 16384)
     assert compare(rmsnorm(x, gamma), oracle(x, gamma, dy)[0]).ok
 
 
 def test_looped_backward_with_more_rows_than_programs(device):
     """More row tiles than persistent programs, so each program sums several rows into its partial."""
     n = 20000
-    gpu = launch.gpu_limits(None)
-    programs = launch.plan(10**6, n, gpu).partial_rows
-    shape = ((programs + 1) * launch.SEG_BLOCK_M, n)
-    p = launch.plan(shape[0], n, gpu)
-    assert p.looped and shape[0] // p.bwd_block_m > p.bwd_grid[0]
-    assert_matches_oracle(*make_inputs(shape, torch.float16, device))
+    gpu = launch.gpu_for(torch.empty(0, device=device))
+    big = launch.plan(10**6, n, gpu, None, 2, 2)  # as many programs as the GPU gets at this N
+    x, gamma, dy = make_inputs(((big.partial_rows + 1) * big.bwd_block_m, n), torch.float16, device)
+    p = launch.plan_for(x, gamma)
+    assert p.bwd_branch == "looped" and triton.cdiv(x.shape[0], p.bwd_block_m) > p.bwd_grid[0]
+    assert_matches_oracle(x, gamma, dy)
 
 
 class _LaunchSpy:
@@ -164,7 +165,7 @@ def test_rows_of_a_wider_tensor_are_read_in_place(n, device, monkeypatch):
     assert not x.is_contiguous()
     p = launch.plan_for(x, gamma)
     fwd_name = "_rmsnorm_fwd_chunked_kernel" if p.fwd_two_pass else "_rmsnorm_fwd_kernel"
-    bwd_name = "_rmsnorm_bwd_row_stats_kernel" if n > launch.ROW_LIMIT else "_rmsnorm_bwd_kernel"
+    bwd_name = "_rmsnorm_bwd_row_stats_kernel" if p.looped else "_rmsnorm_bwd_kernel"
     spies = {name: _LaunchSpy(getattr(kernels, name)) for name in (fwd_name, bwd_name)}
     for name, spy in spies.items():
         monkeypatch.setattr(kernels, name, spy)

@@ -1,148 +1,254 @@
-"""Launch plans: the stated rules give the expected settings, fit the GPU, and bound the dgamma partials.
-Expected values are worked out by hand from the rules in ``launch.py``'s docstring, on an H200's limits."""
+"""Launch plans: what must hold on every branch of ``launch.py``, for many problems and GPUs.
 
-import dataclasses
+Over a grid of row lengths, row counts, dtypes, vector widths and GPU records, every plan fits the GPU's
+shared memory, keeps its dgamma partials within a bound set by the GPU alone, and gives the kernels the
+shapes they need. Then each branch runs a small problem through the kernels, with a plan made for a GPU
+record that selects it, and matches the oracle."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
 
 import pytest
 import torch
+import triton
 
-from rmsnorm_kernel.ops import launch
+from rmsnorm_kernel.ops import kernels, launch
 from rmsnorm_kernel.ops.contract import MAX_N
+from rmsnorm_kernel.ops.reference import oracle
+from rmsnorm_kernel.ops.tolerances import compare
+from rmsnorm_kernel.testing import make_inputs
 
-H200 = launch.H200
-SMALL_SMEM = dataclasses.replace(H200, smem_bytes=48 * 1024)
-
-
-def test_the_h200_stand_in_has_the_h200_s_limits():
-    # 132 multiprocessors, 227 KiB of opt-in shared memory, 60 MiB of L2 (as torch reports it), 2048 threads
-    assert (H200.sms, H200.smem_bytes, H200.l2_bytes, H200.threads_per_sm) == (132, 232448, 62914560, 2048)
-
-
-@pytest.mark.parametrize(
-    "block_n, expected",
-    [
-        (1, (16, 1)),  # 16 rows of one lane share a tile
-        (64, (16, 2)),
-        (512, (4, 4)),  # 4 rows make a 2048-element tile
-        (2048, (1, 4)),
-        (8192, (1, 8)),  # 8 warps at most
-    ],
+#: A GPU of little shared memory and L2 and few, small multiprocessors.
+SMALL = launch.Gpu(sms=16, smem_bytes=48 * 1024, l2_bytes=1024 * 1024, threads_per_sm=1024)
+#: Many multiprocessors and a large L2, with the CUDA default of 48 KiB shared memory a program.
+WIDE = launch.Gpu(sms=256, smem_bytes=48 * 1024, l2_bytes=128 * 1024 * 1024, threads_per_sm=1536)
+GPUS = {"H200": launch.H200, "interpreter": launch.INTERPRETER, "small": SMALL, "wide": WIDE}
+#: (x bytes, gamma bytes): float32, half precision, and half x with float32 gamma.
+ELEMENT_BYTES = {"float32": (4, 4), "half": (2, 2), "mixed": (2, 4)}
+NS = sorted(
+    {1, 7, 64, 255, 257, 1000, 1024, 2047, 2049, 3000, 3072, 4096, 4097, 5120, 6244, 7000, 8191, 8192, 8193}
+    | {9216, 12288, 12295, 16384, 20000, 24000, 24576, 32768, 40000, 65535, MAX_N}
 )
-def test_whole_row_forward_tiles_follow_rule_1a(block_n, expected):
-    assert launch.whole_row_tile(block_n) == expected
+ROWS = (1, 3, 17, 100, 4096, 10**5, 10**8)
+VECS = (None, 1, 2)
+#: The dgamma partials (and so the backward's programs along the rows) never exceed this many rows per
+#: multiprocessor, whatever the number of rows.
+PARTIAL_ROWS_PER_SM = 2
 
 
-@pytest.mark.parametrize(
-    "n, x_bytes, expected",
-    [
-        (3072, 2, (512, 4)),  # 16 programs x 132 x 6 KiB = 13.0 MB <= 0.4 x 60 MiB = 25.2 MB
-        (7168, 2, (1024, 8)),  # 4 warps: 30.3 MB, over; 8 warps: 15.1 MB
-        (15360, 2, (2048, 16)),  # 8 warps: 32.4 MB; 16 warps: 16.2 MB
-        (23000, 2, (2048, 16)),  # 4 x 132 x 46000 B = 24.3 MB
-        (24000, 2, None),  # 25.3 MB even at 16 warps: the looped forward's quarter-row chunks instead
-        (5120, 4, (1024, 8)),  # 4 warps: 43.3 MB; 8 warps: 21.6 MB
-        (12288, 4, None),  # 26.0 MB at 16 warps
-    ],
-)
-def test_chunked_forward_takes_the_fewest_warps_whose_rows_in_flight_fit_the_l2_share(n, x_bytes, expected):
-    assert launch.chunked_forward(n, x_bytes, H200) == expected
+def _problems():
+    for (gpu_name, gpu), (dtype_name, (x_bytes, gamma_bytes)), n, rows, vec in itertools.product(
+        GPUS.items(), ELEMENT_BYTES.items(), NS, ROWS, VECS
+    ):
+        if vec is not None and (n % vec or vec * x_bytes > 16):
+            continue  # vector_width never gives a width that does not divide N or passes 16 bytes
+        yield (gpu_name, dtype_name, n, rows, vec), gpu, (rows, n, gpu, vec, x_bytes, gamma_bytes)
 
 
-@pytest.mark.parametrize("n, expected", [(8193, (4096, 16)), (32768, (8192, 32)), (65536, (32768, 32))])
-def test_looped_forward_chunks_follow_rule_1c(n, expected):
-    assert launch.looped_forward_chunk(launch.triton.next_power_of_2(n)) == expected
+PROBLEMS = list(_problems())
 
 
-@pytest.mark.parametrize(
-    "n, x_bytes, kind",
-    [
-        (1024, 2, "whole"),  # a power of two
-        (1536, 2, "whole"),  # short: up to WHOLE_ROW_FWD_LIMIT
-        (4096, 2, "whole"),
-        (3072, 2, "chunked"),
-        (5120, 2, "chunked"),
-        (9216, 2, "chunked"),  # past ROW_LIMIT, still within the L2 share
-        (8192, 2, "one chunk"),  # 16 KiB rows
-        (4096, 4, "one chunk"),
-        (16384, 2, "quarter rows"),  # a power of two past ROW_LIMIT
-        (24000, 2, "quarter rows"),  # past the L2 share
-        (12288, 4, "quarter rows"),
-    ],
-)
-def test_aligned_rows_take_the_forward_their_length_calls_for(n, x_bytes, kind):
-    p = launch.plan(1000, n, H200, None, x_bytes, x_bytes)
-    block_n = launch.triton.next_power_of_2(n)
-    got = (
-        "whole"
-        if not p.fwd_two_pass
-        else "one chunk"
-        if p.block_n == n == block_n and n * x_bytes == 16384
-        else "quarter rows"
-        if (p.block_n, p.fwd_warps) == launch.looped_forward_chunk(block_n)
-        else "chunked"
-    )
-    assert got == kind, p
-    assert p.looped == (n > launch.ROW_LIMIT)
+def _power_of_two(v: int) -> bool:
+    return v >= 1 and v & (v - 1) == 0
+
+
+def pipelined_loads(p: launch.Plan, x_bytes: int, gamma_bytes: int) -> dict[str, tuple[int, int]]:
+    """kernel -> (stages, bytes one loop iteration loads): what its software pipeline buffers."""
     if p.fwd_two_pass:
-        assert (p.fwd_programs, p.fwd_block_m) == (1000, 1)
+        fwd = p.block_n * (x_bytes + gamma_bytes)  # the second pass loads x and gamma
+    else:
+        fwd = p.fwd_block_m * p.block_n * x_bytes
+    out = {"forward": (p.fwd_stages, fwd), "backward": (p.bwd_stages, 2 * p.bwd_block_m * p.bwd_block_n * x_bytes)}
+    if p.looped:
+        out["row statistics"] = (p.bwd_stages, p.stats_block_n * (2 * x_bytes + gamma_bytes))
+    return out
 
 
-def test_rows_off_a_16_byte_boundary_get_persistent_whole_row_programs():
-    for n in (4097, 5000):  # rule 1b needs 16-byte vectors
-        p = launch.plan(8192, n, H200, 1, 2, 2)
-        assert not p.fwd_two_pass and (p.block_n, p.fwd_programs, p.fwd_stages) == (8192, 2 * 132, 2)
-    aligned = launch.plan(4096, 1024, H200, None, 2, 2)
-    assert (aligned.fwd_programs, aligned.fwd_stages) == (4096 // 2, 1)  # one program per 2-row tile
+def test_the_grid_reaches_every_branch_on_each_gpu_record():
+    """So that the checks below hold on every branch, not only on the common ones."""
+    fwd, bwd = set(), set()
+    for _, _, args in PROBLEMS:
+        p = launch.plan(*args)
+        fwd.add(p.fwd_branch)
+        bwd.add(p.bwd_branch)
+    assert fwd == set(launch.FORWARD_BRANCHES) and bwd == set(launch.BACKWARD_BRANCHES)
 
 
-@pytest.mark.parametrize(
-    "block_n, x_bytes, expected",
-    [
-        (1024, 2, (8, 4)),  # 16 KiB of x a tile; 4 warps span a row with one 16-byte vector a thread
-        (2048, 2, (4, 8)),
-        (8192, 2, (1, 8)),  # 8 warps at most
-        (1024, 4, (4, 8)),
-        (4096, 4, (1, 8)),
-        (64, 4, (16, 1)),  # 16 rows at most
-    ],
-)
-def test_whole_row_backward_tiles_follow_rule_2(block_n, x_bytes, expected):
-    assert launch.backward_tile(block_n, x_bytes) == expected
+def test_every_plan_s_pipeline_buffers_fit_the_gpu_s_shared_memory():
+    """Triton keeps stages - 1 copies of a loop iteration's pipelined loads in shared memory, beside
+    scratch of its own (``SMEM_RESERVE_BYTES``); a launch that asks for more than the GPU has fails."""
+    for key, gpu, args in PROBLEMS:
+        p = launch.plan(*args)
+        for kernel, (stages, per_stage) in pipelined_loads(p, args[4], args[5]).items():
+            assert stages >= 1, (key, kernel, p)
+            used = (stages - 1) * per_stage + launch.SMEM_RESERVE_BYTES
+            assert used <= gpu.smem_bytes, (key, kernel, p)
 
 
-def test_a_small_problem_runs_one_backward_program_that_writes_dgamma_itself():
-    p = launch.plan(128, 257, H200, None, 4, 4)
-    assert p.partial_rows == 0 and p.bwd_grid == (1, 1)
+def test_pipelines_are_cut_by_a_gpu_s_shared_memory_not_by_the_plan():
+    """A GPU with little shared memory gets shallower pipelines than the H200 for the same problem."""
+    cut = [
+        key
+        for key, gpu, args in PROBLEMS
+        if gpu is SMALL and launch.plan(*args).bwd_stages < launch.plan(*args[:2], launch.H200, *args[3:]).bwd_stages
+    ]
+    assert cut
 
 
-@pytest.mark.parametrize("n", [1, 257, 4096, 8192, 8193, 32768, MAX_N])
-def test_dgamma_partials_are_bounded_by_the_gpu_not_by_the_rows(n):
-    """The backward's float64 partials hold P rows of N, P at most 2 per multiprocessor, for any M."""
-    rows = [launch.plan(m, n, H200, None, 2, 2).partial_rows for m in (10**5, 10**6, 10**8)]
-    assert rows[0] == rows[1] == rows[2]
-    assert 1 <= rows[0] <= 2 * H200.sms
+@pytest.mark.parametrize("smem_bytes", [48 * 1024, 100 * 1024, 227 * 1024])
+def test_stages_that_fit_gives_the_deepest_pipeline_that_fits(smem_bytes):
+    usable = smem_bytes - launch.SMEM_RESERVE_BYTES
+    for wanted, per_stage in itertools.product(range(1, 7), (1, 4096, 16 * 1024, 32 * 1024, 64 * 1024, 256 * 1024)):
+        s = launch.stages_that_fit(wanted, per_stage, smem_bytes)
+        assert 1 <= s <= wanted
+        assert s == 1 or (s - 1) * per_stage <= usable
+        assert s == wanted or s * per_stage > usable  # one stage more would not fit
 
 
-@pytest.mark.parametrize("x_bytes, gamma_bytes", [(4, 4), (2, 4), (2, 2)], ids=["float32", "mixed", "half"])
-def test_pipeline_stages_shrink_to_fit_the_gpu_s_shared_memory(x_bytes, gamma_bytes):
-    """Triton keeps stages - 1 copies of an iteration's pipelined loads in shared memory, and a launch that
-    asks for more than the GPU has fails. The plan must never ask for more, on a GPU with much (227 KiB)
-    or little (48 KiB)."""
-    for gpu in (H200, SMALL_SMEM):
-        usable = gpu.smem_bytes - launch.SMEM_RESERVE_BYTES
-        for rows, n in [(1, 65536), (4096, 32768), (4096, 8192), (16384, 4096), (8192, 4097), (8192, 5120)]:
-            for vec in (None, 1):
-                p = launch.plan(rows, n, gpu, vec, x_bytes, gamma_bytes)
-                fwd = p.fwd_block_m * p.block_n * x_bytes
-                if p.looped:
-                    bwd = max(
-                        launch.STATS_BLOCK_N * (2 * x_bytes + gamma_bytes), 2 * p.bwd_block_m * p.bwd_block_n * x_bytes
-                    )
-                else:
-                    bwd = 2 * p.bwd_block_m * p.bwd_block_n * x_bytes
-                assert (p.fwd_stages - 1) * fwd <= usable and (p.bwd_stages - 1) * bwd <= usable, (rows, n, vec, p)
-    # and with room to spare, the configured depth is kept
-    assert launch.plan(16384, 4096, H200, None, 4, 4).bwd_stages == launch.BWD_STAGES
+def test_dgamma_partials_are_bounded_by_the_gpu_whatever_the_rows():
+    """The float64 partials hold P rows of N (P * N * 8 bytes): P is at most ``PARTIAL_ROWS_PER_SM`` a
+    multiprocessor, never grows with the rows, and one program writes dgamma itself exactly when there are
+    none."""
+    for key, gpu, args in PROBLEMS:
+        p = launch.plan(*args)
+        assert 0 <= p.partial_rows <= PARTIAL_ROWS_PER_SM * gpu.sms, (key, p)
+        # the whole backward grid too, unless a row has more column segments than that: then one program each
+        programs, segments = p.bwd_grid
+        assert programs * segments <= max(PARTIAL_ROWS_PER_SM * gpu.sms, segments), (key, p)
+        assert (p.partial_rows == 0) == (p.bwd_branch == "single_program"), (key, p)
+        if p.partial_rows:
+            assert p.bwd_grid[0] == p.partial_rows, (key, p)  # one partial row per program along the rows
+    for gpu, (x_bytes, gamma_bytes), n, vec in itertools.product(GPUS.values(), ELEMENT_BYTES.values(), NS, VECS):
+        if vec is None or (n % vec == 0 and vec * x_bytes <= 16):
+            many = {launch.plan(m, n, gpu, vec, x_bytes, gamma_bytes).partial_rows for m in (10**5, 10**6, 10**8)}
+            assert len(many) == 1, (gpu, n, vec)
+
+
+def test_persistent_forward_grids_are_bounded_by_the_gpu():
+    for key, gpu, args in PROBLEMS:
+        p = launch.plan(*args)
+        if p.fwd_branch == "whole_rows_persistent":
+            assert p.fwd_programs <= PARTIAL_ROWS_PER_SM * gpu.sms, (key, p)
+
+
+def test_every_plan_gives_the_kernels_shapes_they_can_run():
+    """tl.arange needs powers of two; a whole-row tile must hold the row; the grids must cover every row
+    and column; the looped backward must run exactly where a row is longer than a whole-row tile."""
+    for key, _, args in PROBLEMS:
+        rows, n, _, vec, x_bytes, _ = args
+        p = launch.plan(*args)
+        assert p.vec == (vec or min(16 // x_bytes, n & -n)), (key, p)
+        for name in ("block_n", "fwd_block_m", "bwd_block_m", "bwd_block_n"):
+            assert _power_of_two(getattr(p, name)), (key, name, p)
+        for name in ("fwd_warps", "bwd_warps"):
+            assert _power_of_two(getattr(p, name)) and getattr(p, name) <= 32, (key, name, p)
+        assert p.fwd_programs >= 1 and p.fwd_stages >= 1 and p.bwd_stages >= 1, (key, p)
+        if p.fwd_two_pass:  # one program a row, chunks no wider than the row's lanes
+            assert (p.fwd_programs, p.fwd_block_m) == (rows, 1), (key, p)
+            assert p.block_n <= triton.next_power_of_2(n), (key, p)
+        else:
+            assert p.block_n >= n, (key, p)
+            tiles = triton.cdiv(rows, p.fwd_block_m)
+            assert p.fwd_programs <= tiles, (key, p)
+            if p.fwd_branch == "whole_rows":
+                assert p.fwd_programs == tiles, (key, p)
+        assert p.looped == (triton.next_power_of_2(n) > launch.ROW_LIMIT) == (p.bwd_branch == "looped"), (key, p)
+        if p.looped:
+            assert p.bwd_grid[1] * p.bwd_block_n >= n and _power_of_two(p.stats_block_n), (key, p)
+            assert _power_of_two(p.stats_warps) and p.stats_warps <= 32, (key, p)
+        else:
+            assert p.bwd_block_n >= n and p.bwd_grid == (max(1, p.partial_rows), 1), (key, p)
+
+
+def test_the_chunked_forward_keeps_its_rows_in_flight_within_the_l2_share():
+    """Its second pass reads each row again, from L2: the rows of every program the GPU holds at once fit
+    in ``L2_SHARE`` of it."""
+    for key, gpu, args in PROBLEMS:
+        rows, n, _, _, x_bytes, _ = args
+        p = launch.plan(*args)
+        if p.fwd_branch == "chunks":
+            in_flight = gpu.threads_per_sm // (32 * p.fwd_warps) * gpu.sms * n * x_bytes
+            assert in_flight <= launch.L2_SHARE * gpu.l2_bytes, (key, p)
+
+
+def test_plans_are_cached_per_shape_vector_width_and_gpu():
+    a = launch.plan(4096, 3072, launch.H200, None, 2, 2)
+    assert launch.plan(4096, 3072, launch.H200, None, 2, 2) is a
+    assert launch.plan(4096, 3072, SMALL, None, 2, 2) is not a
+    assert launch.plan(4096, 3072, launch.H200, 2, 2, 2) is not a
+
+
+def test_plan_for_plans_cpu_tensors_for_the_interpreter_record():
+    x, gamma, _ = make_inputs((5, 3000), torch.bfloat16, "cpu")
+    assert launch.gpu_for(x) is launch.INTERPRETER
+    assert launch.plan_for(x, gamma) == launch.plan(5, 3000, launch.INTERPRETER, 8, 2, 2)
+
+
+# --------------------------------------------------------------------------------------------------
+# Each branch against the oracle
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    direction: str  # "fwd" or "bwd"
+    branch: str
+    gpu: str
+    shape: tuple[int, int]
+    dtype: torch.dtype
+    gamma_dtype: torch.dtype | None = None
+
+    def __str__(self) -> str:
+        gamma = f"-gamma_{self.gamma_dtype}" if self.gamma_dtype else ""
+        return f"{self.direction}-{self.branch}-{self.gpu}-{self.shape[0]}x{self.shape[1]}-{self.dtype}{gamma}"
+
+
+BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
+BRANCH_CASES = [
+    Case("fwd", "one_chunk", "H200", (3, 4096), F32),
+    Case("fwd", "chunks", "H200", (5, 3072), BF16),  # whole chunks
+    Case("fwd", "chunks", "H200", (5, 3000), BF16),  # a partial last chunk
+    Case("fwd", "chunks", "H200", (2, 9216), BF16, F32),  # past ROW_LIMIT
+    Case("fwd", "quarter_chunks", "H200", (2, 16384), BF16),
+    Case("fwd", "quarter_chunks", "small", (2, 9216), BF16),  # rows in flight too many for its L2
+    Case("fwd", "whole_rows", "H200", (17, 1000), BF16),
+    Case("fwd", "whole_rows_persistent", "H200", (17, 257), F32),  # rows off 16-byte boundaries
+    Case("fwd", "whole_rows", "small", (3, 7000), BF16),  # no chunk fits its L2 share
+    Case("fwd", "whole_rows_persistent", "interpreter", (7, 4097), F16),  # more tiles than programs
+    Case("bwd", "single_program", "H200", (17, 257), F32),
+    Case("bwd", "single_program", "H200", (60, 600), BF16, F32),  # several tiles: pipelined
+    Case("bwd", "whole_rows", "interpreter", (40, 2048), F32),  # more tiles than programs
+    Case("bwd", "whole_rows", "small", (33, 3000), F16),
+    Case("bwd", "looped", "interpreter", (5, 8193), F32),
+    Case("bwd", "looped", "H200", (3, 20000), BF16, F32),
+]
+
+
+def test_the_branch_cases_name_every_branch():
+    assert {c.branch for c in BRANCH_CASES if c.direction == "fwd"} == set(launch.FORWARD_BRANCHES)
+    assert {c.branch for c in BRANCH_CASES if c.direction == "bwd"} == set(launch.BACKWARD_BRANCHES)
+
+
+@pytest.mark.parametrize("case", BRANCH_CASES, ids=str)
+def test_each_branch_matches_the_oracle(case, device):
+    x, gamma, dy = make_inputs(case.shape, case.dtype, device, gamma_dtype=case.gamma_dtype)
+    rows, n = case.shape
+    p = launch.plan(rows, n, GPUS[case.gpu], launch.vector_width(n, x), x.element_size(), gamma.element_size())
+    assert getattr(p, f"{case.direction}_branch") == case.branch, p
+    calls = torch.zeros(1, dtype=torch.int32, device=device)
+    y_ref, dx_ref, dgamma_ref = oracle(x, gamma, dy)
+    if case.direction == "fwd":
+        got = {"y": (kernels.rmsnorm_forward(x, gamma, 1e-6, calls, p), y_ref, None)}
+    else:
+        dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, calls, p)
+        # dgamma of half x summed into float32 gamma: judged at x's precision, as everywhere
+        got = {"dx": (dx, dx_ref, None), "dgamma": (dgamma, dgamma_ref, case.gamma_dtype and case.dtype)}
+    for name, (value, want, dtype) in got.items():
+        c = compare(value, want, dtype)
+        assert c.ok, f"{name}: max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} over {c.tolerance}"
+    assert int(calls.item()) == 1
 
 
 @pytest.mark.parametrize(

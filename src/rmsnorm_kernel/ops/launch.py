@@ -1,38 +1,23 @@
-"""Launch plans: how many programs, rows per tile, warps, chunks and pipeline stages each kernel gets.
+"""Launch plans: the grid, tile, warps and pipeline depth each kernel of ``kernels.py`` runs with.
 
-A plan is a function of the problem (rows, N, element sizes, how wide a vector load the rows allow) and
-of the GPU (multiprocessors, shared memory, L2 size, threads per multiprocessor), by these rules:
+The rules are the code below, in this order:
 
-1. Forward, three ways, by N:
-   a. Whole rows in registers, several rows a tile (about ``TILE_ELEMENTS`` elements, ``tile // 512``
-      warps): N a power of two up to ``ROW_LIMIT``, where BLOCK_N = N wastes no lane, and any N up to
-      ``WHOLE_ROW_FWD_LIMIT``, where a row is short. Rows that cannot be read in 16-byte vectors (N, the
-      row stride or the start not a multiple of 16 bytes) take this kernel at every BLOCK_N up to
-      ``ROW_LIMIT``, as persistent programs (2 a multiprocessor, 2 stages), because narrow loads need
-      more of them in flight. Aligned rows of exactly 16 KiB (half precision 8192, float32 4096) take
-      1b's kernel as one chunk of 8 warps.
-   b. Two passes over the row in chunks, one program a row, the second pass from L2: every other N,
-      when its rows are read in 16-byte vectors and its rows in flight fit in ``L2_SHARE`` of L2. The
-      warps are the fewest of 4, 8, 16 that keep (programs a multiprocessor can hold) x
-      (multiprocessors) x (row bytes) within that share; each thread takes 4 elements of a chunk. More
-      programs keep more loads in flight while rows are short; longer rows need fewer of them, or their
-      second read misses L2.
-   c. Every other row above ``ROW_LIMIT`` (powers of two, rows 1b cannot take): the same kernel over
-      quarter-row chunks (half a row at 65536), 16 warps up to 16384 lanes, 32 above. Below
-      ``ROW_LIMIT``, a row 1b cannot take keeps whole rows (1a): on a GPU whose L2 is small.
-2. Backward, whole rows (BLOCK_N up to ``ROW_LIMIT``): one persistent program a multiprocessor (each
-   writes one row of float64 dgamma partials). A tile holds ``BWD_TILE_BYTES`` of x (at most
-   ``MAX_ROWS_PER_TILE`` rows); its warps span one row with one 16-byte vector a thread, up to 8, so
-   that the per-column dgamma sum over the tile's rows stays inside each thread. ``BWD_STAGES`` stages
-   of cp.async copies keep the next tiles in flight. A problem of at most ``SINGLE_PROGRAM_ELEMENTS``
-   elements runs as one program that writes dgamma itself (one launch fewer).
-3. Backward, longer rows: per-row statistics in chunks of ``STATS_BLOCK_N`` over ``STATS_WARPS`` warps,
-   then dx and the partials in tiles of ``SEG_BLOCK_M`` x ``SEG_BLOCK_N`` over about 2 programs a
-   multiprocessor.
-4. Pipeline stages are cut to what fits in shared memory.
+- ``Gpu``: the limits a plan reads (multiprocessors, shared memory, L2, threads per multiprocessor).
+  ``INTERPRETER`` is the record Triton's interpreter plans with; ``H200`` a record for planning without
+  one.
+- ``plan(rows, n, gpu, ...)`` joins the forward's and the backward's settings, cached per (shape, vector
+  width, GPU). It takes the GPU from its caller, always.
+- ``_forward`` picks one of ``FORWARD_BRANCHES`` from N, the element size, whether rows are read in
+  16-byte vectors and whether their rows in flight fit the GPU's L2 (``chunked_forward``); the tile comes
+  from ``whole_row_tile``, ``chunked_forward`` or ``looped_forward_chunk``, and rows read without 16-byte
+  vectors get a persistent grid sized by the multiprocessors.
+- ``_backward`` picks one of ``BACKWARD_BRANCHES`` from N and the problem's size; its persistent grid,
+  sized by the multiprocessors alone, is also the number of rows of dgamma partials.
+- ``stages_that_fit`` cuts every pipeline to the GPU's shared memory.
+- ``vector_width`` and ``plan_for``: the plan for the tensors at hand, on their device's GPU.
 
-The rules were fitted on hidden sizes that are multiples of 1024; ``benchmark-sweep`` reports them on
-the others. Why each number is what it is, with the measurements, is in ``docs/performance-notes.md``.
+Why each number is what it is, with the measurements: ``docs/performance-notes.md`` and
+``docs/backward-design.md``.
 """
 
 from __future__ import annotations
@@ -44,8 +29,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from .backend import CUDA, backend
-
+# Forward
 ROW_LIMIT = 8192
 WHOLE_ROW_FWD_LIMIT = 2048
 TILE_ELEMENTS = 2048
@@ -54,10 +38,11 @@ UNALIGNED_FWD_PROGRAMS_PER_SM = 2
 UNALIGNED_FWD_STAGES = 2
 TWO_PASS_ROW_BYTES = 16 * 1024
 TWO_PASS_WARPS = 8
-# Rule 1b: the share of L2 the rows in flight may take, the warps tried, and elements a thread per chunk.
 L2_SHARE = 0.4
 CHUNKED_FWD_WARPS = (4, 8, 16)
 CHUNK_ELEMENTS_PER_THREAD = 4
+LOOP_FWD_MAX_CHUNK = 32768
+# Backward, whole rows
 BWD_TILE_BYTES = 16 * 1024
 BWD_MAX_WARPS = 8
 BWD_PROGRAMS_PER_SM = 1
@@ -65,8 +50,7 @@ BWD_STAGES = 4
 SINGLE_PROGRAM_ELEMENTS = 65536
 SINGLE_TILE_ELEMENTS = 4096
 SINGLE_WARPS = 4
-# Looped rows (N > ROW_LIMIT)
-LOOP_FWD_MAX_CHUNK = 32768
+# Backward, rows longer than ROW_LIMIT
 LOOP_STAGES = 3
 STATS_BLOCK_N = 2048
 STATS_WARPS = 4
@@ -74,7 +58,7 @@ SEG_BLOCK_N = 2048
 SEG_BLOCK_M = 2
 SEG_WARPS = 8
 SEG_PROGRAMS_PER_SM = 2
-# dgamma's second pass over the (P, N) partials: narrow column blocks, many programs
+# dgamma's second pass over the (P, N) partials
 SUM_BLOCK_P = 64
 SUM_BLOCK_N = 32
 SUM_WARPS = 4
@@ -82,6 +66,11 @@ SUM_WARPS = 4
 SMEM_RESERVE_BYTES = 8 * 1024
 # CUDA's default shared memory per block when the opt-in limit is missing.
 DEFAULT_SMEM_BYTES = 48 * 1024
+
+#: The forward's branches, in the order ``_forward`` tries them.
+FORWARD_BRANCHES = ("one_chunk", "chunks", "quarter_chunks", "whole_rows", "whole_rows_persistent")
+#: The backward's branches, in the order ``_backward`` tries them.
+BACKWARD_BRANCHES = ("looped", "single_program", "whole_rows")
 
 
 @dataclass(frozen=True)
@@ -95,10 +84,13 @@ class Gpu:
     threads_per_sm: int
 
 
-#: An H200 (and H100): the limits the plans were fitted on.
+#: An H200 (an H100 has the same limits): for tests and benchmarks that plan for a GPU they do not run on.
 H200 = Gpu(sms=132, smem_bytes=227 * 1024, l2_bytes=60 * 1024 * 1024, threads_per_sm=2048)
-#: The interpreter's stand-in: an H200 of 2 multiprocessors, so that persistent grids stay small on the CPU.
-INTERPRETER_GPU = Gpu(sms=2, smem_bytes=H200.smem_bytes, l2_bytes=H200.l2_bytes, threads_per_sm=H200.threads_per_sm)
+#: What plans for Triton's interpreter (CPU tensors) are made with: an H200 of 2 multiprocessors. The
+#: interpreter runs programs one after another, each about a millisecond, so persistent grids (a program
+#: or two a multiprocessor) stay at a few programs; the other limits only choose tiles, which the
+#: interpreter runs at any size.
+INTERPRETER = Gpu(sms=2, smem_bytes=H200.smem_bytes, l2_bytes=H200.l2_bytes, threads_per_sm=H200.threads_per_sm)
 
 
 @dataclass(frozen=True)
@@ -106,9 +98,12 @@ class Plan:
     """How one problem is launched; the same plan for every call of that shape, vector width and GPU.
     The launchers take VEC from the tensors they are given, not from ``vec``."""
 
+    #: Which of ``FORWARD_BRANCHES`` and ``BACKWARD_BRANCHES`` made the settings below.
+    fwd_branch: str
+    bwd_branch: str
     #: Rows wider than ROW_LIMIT: the forward walks them in chunks, the backward takes two steps.
     looped: bool
-    #: The forward runs the two-pass kernel, one program per row (rules 1b and 1c, and 16 KiB rows).
+    #: The forward runs the two-pass kernel, one program per row.
     fwd_two_pass: bool
     #: Lanes per row (whole-row forward) or per chunk (two-pass forward).
     block_n: int
@@ -130,41 +125,52 @@ class Plan:
     #: Looped rows: the backward's row statistics walk each row in chunks of this many lanes.
     stats_block_n: int
     stats_warps: int
-    #: Elements per vector load of the x the plan was made for (``vector_width``); it chooses the rules.
+    #: Elements per vector load of x the plan was made for (``vector_width``); it chooses the branches.
     vec: int
 
 
-@functools.cache
-def gpu_limits(device_index: int | None) -> Gpu:
-    """The limits of a CUDA device by index (None or -1: the current one); the interpreter's stand-in
-    when the kernels do not run on a GPU."""
-    if backend() != CUDA:
-        return INTERPRETER_GPU
-    index = device_index if device_index is not None and device_index >= 0 else torch.cuda.current_device()
-    props = torch.cuda.get_device_properties(index)
-    return Gpu(
-        sms=props.multi_processor_count,
-        smem_bytes=getattr(props, "shared_memory_per_block_optin", 0) or DEFAULT_SMEM_BYTES,
-        l2_bytes=props.L2_cache_size,
-        threads_per_sm=props.max_threads_per_multi_processor,
+@functools.lru_cache(maxsize=4096)
+def plan(rows: int, n: int, gpu: Gpu, vec: int | None = None, x_bytes: int = 4, gamma_bytes: int = 4) -> Plan:
+    """The plan for ``rows`` rows of ``n`` elements of ``x_bytes`` bytes on ``gpu``. ``vec``: elements per
+    vector load of x (``vector_width``); None: as many as 16 bytes and N allow (rows that start on
+    16-byte boundaries)."""
+    if vec is None:
+        vec = min(16 // x_bytes, n & -n)
+    return Plan(**_forward(rows, n, gpu, vec, x_bytes), **_backward(rows, n, gpu, x_bytes, gamma_bytes), vec=vec)
+
+
+def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int) -> dict:
+    aligned = vec * x_bytes == 16
+    block_n = triton.next_power_of_2(n)
+    two_pass = dict(fwd_two_pass=True, fwd_block_m=1, fwd_programs=rows, fwd_stages=1)
+    if block_n <= ROW_LIMIT and aligned and block_n * x_bytes == TWO_PASS_ROW_BYTES and block_n == n:
+        return dict(fwd_branch="one_chunk", looped=False, block_n=block_n, fwd_warps=TWO_PASS_WARPS, **two_pass)
+    if aligned and block_n != n and n > WHOLE_ROW_FWD_LIMIT and (chunked := chunked_forward(n, x_bytes, gpu)):
+        chunk, warps = chunked
+        return dict(fwd_branch="chunks", looped=block_n > ROW_LIMIT, block_n=chunk, fwd_warps=warps, **two_pass)
+    if block_n > ROW_LIMIT:
+        chunk, warps = looped_forward_chunk(block_n)
+        return dict(fwd_branch="quarter_chunks", looped=True, block_n=chunk, fwd_warps=warps, **two_pass)
+    # Whole rows: all that is left, including rows that ``chunked_forward`` refuses on a GPU of small L2.
+    block_m, warps = whole_row_tile(block_n)
+    tiles = triton.cdiv(rows, block_m)
+    whole = dict(looped=False, fwd_two_pass=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps)
+    if aligned:
+        return dict(fwd_branch="whole_rows", fwd_programs=tiles, fwd_stages=1, **whole)
+    # Narrow loads need more of them in flight: persistent programs that fetch their next tile while
+    # computing this one. Pipelining needs a second tile to fetch: with one tile per program it only adds
+    # a prologue.
+    programs = min(tiles, UNALIGNED_FWD_PROGRAMS_PER_SM * gpu.sms)
+    stages = (
+        stages_that_fit(UNALIGNED_FWD_STAGES, block_m * block_n * x_bytes, gpu.smem_bytes) if programs < tiles else 1
     )
-
-
-def stages_that_fit(wanted: int, bytes_per_stage: int, smem_bytes: int) -> int:
-    """The deepest pipeline up to ``wanted`` whose buffers fit: Triton keeps stages - 1 copies of one
-    iteration's pipelined loads in shared memory."""
-    return max(1, min(wanted, 1 + (smem_bytes - SMEM_RESERVE_BYTES) // max(1, bytes_per_stage)))
-
-
-def whole_row_tile(block_n: int) -> tuple[int, int]:
-    """Rule 1a: (rows per tile, warps) of the whole-row forward for rows of BLOCK_N lanes."""
-    block_m = max(1, min(MAX_ROWS_PER_TILE, TILE_ELEMENTS // block_n))
-    return block_m, max(1, min(8, block_m * block_n // 512))
+    return dict(fwd_branch="whole_rows_persistent", fwd_programs=programs, fwd_stages=stages, **whole)
 
 
 def chunked_forward(n: int, x_bytes: int, gpu: Gpu) -> tuple[int, int] | None:
-    """Rule 1b: (chunk, warps) of the two-pass forward, or None when no warp count keeps the rows in
-    flight (one per program a multiprocessor holds) within ``L2_SHARE`` of L2."""
+    """(chunk, warps) of the two-pass forward: the fewest of ``CHUNKED_FWD_WARPS`` that keep the rows in
+    flight (one per program a multiprocessor holds) within ``L2_SHARE`` of L2, so that the second pass
+    reads the row from L2; None when none does."""
     for warps in CHUNKED_FWD_WARPS:
         programs_per_sm = gpu.threads_per_sm // (32 * warps)
         if programs_per_sm * gpu.sms * n * x_bytes <= L2_SHARE * gpu.l2_bytes:
@@ -173,65 +179,28 @@ def chunked_forward(n: int, x_bytes: int, gpu: Gpu) -> tuple[int, int] | None:
 
 
 def looped_forward_chunk(block_n: int) -> tuple[int, int]:
-    """Rule 1c: (chunk, warps) of the looped forward; 32 warps from 32768 lanes on."""
+    """(chunk, warps) of the two-pass forward over rows of more than ``ROW_LIMIT`` lanes that
+    ``chunked_forward`` does not take: quarter rows (half rows from ``2 * LOOP_FWD_MAX_CHUNK`` lanes)."""
     chunk = block_n // 2 if block_n >= 2 * LOOP_FWD_MAX_CHUNK else block_n // 4
     return min(chunk, LOOP_FWD_MAX_CHUNK), 16 if block_n <= 16384 else 32
 
 
-def backward_tile(block_n: int, x_bytes: int) -> tuple[int, int]:
-    """Rule 2: (rows per tile, warps) of the whole-row backward for rows of BLOCK_N lanes."""
-    block_m = max(1, min(MAX_ROWS_PER_TILE, BWD_TILE_BYTES // (block_n * x_bytes)))
-    return block_m, max(1, min(BWD_MAX_WARPS, block_n * x_bytes // (16 * 32)))
-
-
-def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int) -> dict:
-    aligned = vec * x_bytes == 16
-    block_n = triton.next_power_of_2(n)
-    two_pass = dict(fwd_two_pass=True, fwd_block_m=1, fwd_programs=rows, fwd_stages=1)
-    if block_n <= ROW_LIMIT and aligned and block_n * x_bytes == TWO_PASS_ROW_BYTES and block_n == n:
-        return dict(looped=False, block_n=block_n, fwd_warps=TWO_PASS_WARPS, **two_pass)
-    if aligned and block_n != n and n > WHOLE_ROW_FWD_LIMIT and (chunked := chunked_forward(n, x_bytes, gpu)):
-        chunk, warps = chunked
-        return dict(looped=block_n > ROW_LIMIT, block_n=chunk, fwd_warps=warps, **two_pass)
-    if block_n > ROW_LIMIT:
-        chunk, warps = looped_forward_chunk(block_n)
-        return dict(looped=True, block_n=chunk, fwd_warps=warps, **two_pass)
-    block_m, warps = whole_row_tile(block_n)
-    tiles = triton.cdiv(rows, block_m)
-    if aligned:
-        return dict(
-            looped=False,
-            fwd_two_pass=False,
-            block_n=block_n,
-            fwd_block_m=block_m,
-            fwd_warps=warps,
-            fwd_programs=tiles,
-            fwd_stages=1,
-        )
-    programs = min(tiles, UNALIGNED_FWD_PROGRAMS_PER_SM * gpu.sms)
-    # Pipelining needs a second tile to fetch: with one tile per program it only adds a prologue.
-    stages = (
-        stages_that_fit(UNALIGNED_FWD_STAGES, block_m * block_n * x_bytes, gpu.smem_bytes) if programs < tiles else 1
-    )
-    return dict(
-        looped=False,
-        fwd_two_pass=False,
-        block_n=block_n,
-        fwd_block_m=block_m,
-        fwd_warps=warps,
-        fwd_programs=programs,
-        fwd_stages=stages,
-    )
+def whole_row_tile(block_n: int) -> tuple[int, int]:
+    """(rows per tile, warps) of the whole-row forward for rows of BLOCK_N lanes: about
+    ``TILE_ELEMENTS`` lanes a tile, at most ``MAX_ROWS_PER_TILE`` rows."""
+    block_m = max(1, min(MAX_ROWS_PER_TILE, TILE_ELEMENTS // block_n))
+    return block_m, max(1, min(8, block_m * block_n // 512))
 
 
 def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> dict:
     block_n = triton.next_power_of_2(n)
-    if block_n > ROW_LIMIT:
+    if block_n > ROW_LIMIT:  # a row does not fit in one program's registers: statistics first, then dx
         segments = triton.cdiv(n, SEG_BLOCK_N)
         programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), SEG_PROGRAMS_PER_SM * gpu.sms // segments))
         # One depth for both steps: the one whose loads (row statistics: x, dy and gamma) take more room.
         per_stage = max(STATS_BLOCK_N * (2 * x_bytes + gamma_bytes), 2 * SEG_BLOCK_M * SEG_BLOCK_N * x_bytes)
         return dict(
+            bwd_branch="looped",
             bwd_block_m=SEG_BLOCK_M,
             bwd_block_n=SEG_BLOCK_N,
             bwd_warps=SEG_WARPS,
@@ -242,10 +211,11 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
             stats_warps=STATS_WARPS,
         )
     no_stats = dict(stats_block_n=0, stats_warps=0)
-    if rows * block_n <= SINGLE_PROGRAM_ELEMENTS:
+    if rows * block_n <= SINGLE_PROGRAM_ELEMENTS:  # one program that writes dgamma itself: one launch fewer
         block_m = min(triton.next_power_of_2(rows), max(1, SINGLE_TILE_ELEMENTS // block_n))
         stages = stages_that_fit(BWD_STAGES, 2 * block_m * block_n * x_bytes, gpu.smem_bytes) if rows > block_m else 1
         return dict(
+            bwd_branch="single_program",
             bwd_block_m=block_m,
             bwd_block_n=block_n,
             bwd_warps=max(1, min(SINGLE_WARPS, block_m * block_n // 32)),
@@ -259,6 +229,7 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
     programs = min(tiles, BWD_PROGRAMS_PER_SM * gpu.sms)
     stages = stages_that_fit(BWD_STAGES, 2 * block_m * block_n * x_bytes, gpu.smem_bytes) if programs < tiles else 1
     return dict(
+        bwd_branch="whole_rows",
         bwd_block_m=block_m,
         bwd_block_n=block_n,
         bwd_warps=warps,
@@ -269,16 +240,18 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
     )
 
 
-@functools.lru_cache(maxsize=4096)
-def plan(
-    rows: int, n: int, gpu: Gpu = INTERPRETER_GPU, vec: int | None = None, x_bytes: int = 4, gamma_bytes: int = 4
-) -> Plan:
-    """The plan for ``rows`` rows of ``n`` elements of ``x_bytes`` bytes on ``gpu``. ``vec``: elements per
-    vector load of x (``vector_width``); None: as many as 16 bytes and N allow (rows that start on
-    16-byte boundaries)."""
-    if vec is None:
-        vec = min(16 // x_bytes, n & -n)
-    return Plan(**_forward(rows, n, gpu, vec, x_bytes), **_backward(rows, n, gpu, x_bytes, gamma_bytes), vec=vec)
+def backward_tile(block_n: int, x_bytes: int) -> tuple[int, int]:
+    """(rows per tile, warps) of the whole-row backward: ``BWD_TILE_BYTES`` of x a tile, warps that span
+    one row with one 16-byte vector a thread (at most ``BWD_MAX_WARPS``), so that the per-column dgamma
+    sum over the tile's rows stays inside each thread."""
+    block_m = max(1, min(MAX_ROWS_PER_TILE, BWD_TILE_BYTES // (block_n * x_bytes)))
+    return block_m, max(1, min(BWD_MAX_WARPS, block_n * x_bytes // (16 * 32)))
+
+
+def stages_that_fit(wanted: int, bytes_per_stage: int, smem_bytes: int) -> int:
+    """The deepest pipeline up to ``wanted`` whose buffers fit: Triton keeps stages - 1 copies of one
+    iteration's pipelined loads in shared memory, beside ``SMEM_RESERVE_BYTES`` of its own."""
+    return max(1, min(wanted, 1 + (smem_bytes - SMEM_RESERVE_BYTES) // max(1, bytes_per_stage)))
 
 
 def vector_width(n: int, *views: torch.Tensor) -> int:
@@ -293,9 +266,28 @@ def vector_width(n: int, *views: torch.Tensor) -> int:
     return min(16 // size, g & -g)
 
 
+@functools.cache
+def cuda_gpu(index: int) -> Gpu:
+    """The limits of CUDA device ``index``, as the driver reports them."""
+    props = torch.cuda.get_device_properties(index)
+    return Gpu(
+        sms=props.multi_processor_count,
+        smem_bytes=getattr(props, "shared_memory_per_block_optin", 0) or DEFAULT_SMEM_BYTES,
+        l2_bytes=props.L2_cache_size,
+        threads_per_sm=props.max_threads_per_multi_processor,
+    )
+
+
+def gpu_for(t: torch.Tensor) -> Gpu:
+    """The GPU the kernels run ``t`` on: its CUDA device's limits, or ``INTERPRETER`` for a CPU tensor
+    (the kernels take CPU tensors only under Triton's interpreter)."""
+    index = t.get_device()
+    return cuda_gpu(index) if index >= 0 else INTERPRETER
+
+
 def plan_for(x2: torch.Tensor, gamma: torch.Tensor, vec: int | None = None) -> Plan:
-    """The plan for the (rows, N) view ``x2`` and ``gamma`` on their GPU; ``vec``: ``vector_width`` of
-    ``x2`` when the caller has it already."""
+    """The plan for the (rows, N) view ``x2`` and ``gamma`` on their device's GPU (``gpu_for``); ``vec``:
+    ``vector_width`` of ``x2`` when the caller has it already."""
     n = x2.shape[1]
     vec = vector_width(n, x2) if vec is None else vec
-    return plan(x2.shape[0], n, gpu_limits(x2.get_device()), vec, x2.element_size(), gamma.element_size())
+    return plan(x2.shape[0], n, gpu_for(x2), vec, x2.element_size(), gamma.element_size())
