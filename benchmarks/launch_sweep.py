@@ -36,9 +36,9 @@ from rmsnorm_kernel.testing import make_inputs
 VARIANTS: dict[str, dict[str, float]] = {
     # small problems: persistent programs and a dgamma column sum instead of one program
     "single_off": {"SINGLE_PROGRAM_ELEMENTS": 0},
-    # rule 1a for every N up to ROW_LIMIT: whole rows padded to a power of two instead of chunks
+    # whole rows padded to a power of two for every N up to ROW_LIMIT, instead of chunks
     "whole_rows_fwd": {"WHOLE_ROW_FWD_LIMIT": 8192},
-    # rule 1b: half the L2 share, so more warps and fewer programs
+    # the chunked forward: half the L2 share, so more warps and fewer programs
     "l2_share_0.2": {"L2_SHARE": 0.2},
     # whole-row backward: tiles of 8 KiB, one pipeline stage fewer
     "bwd_tile_8k": {"BWD_TILE_BYTES": 8192},

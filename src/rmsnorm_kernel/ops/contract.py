@@ -18,8 +18,7 @@ import torch
 
 from .backend import backend, kernel_device_type
 
-#: Largest row length. Rows up to launch.ROW_LIMIT lanes are held whole in registers; longer ones are
-#: walked in column chunks.
+#: Largest row length the kernels take (``launch.py`` plans how each length is walked).
 MAX_N = 65536
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Mixed precision as autocast and Lightning's "16-mixed"/"bf16-mixed" produce it: half x, float32 gamma.

@@ -6,16 +6,14 @@ Each kernel sits next to the formula it computes (``reference.py`` has the oracl
     backward  u = dy * gamma;  dx = r * u - x * r^3 * sum(u * x) / N
               dgamma = sum over rows of (dy * x * r)
 
-Two shapes of kernel, chosen by the row length N (``launch.py`` holds the rules):
+Two shapes of kernel (``launch.py`` decides which runs, with which tile and grid):
 
-- Whole rows (BLOCK_N = next_power_of_2(N) <= launch.ROW_LIMIT): a program holds BLOCK_M complete rows
-  in registers, so x and dy are read from memory once. The lanes past N are masked and read as 0: they
-  add nothing to the sums, but they are not elements, so every mean divides by N, never by BLOCK_N.
-- Rows walked in column chunks of BLOCK_N: the backward's for N > launch.ROW_LIMIT (up to
-  contract.MAX_N = 65536), in two steps, because a row does not fit in one program's registers; the
-  forward's for those rows, for aligned rows of N > 2048 that are not powers of two, where a padded
-  whole row would waste lanes, and for rows of exactly 16 KiB as one chunk. The forward reads each row
-  twice (the sum of squares, then y), the second time from L2.
+- Whole rows: a program holds BLOCK_M complete rows of BLOCK_N = next_power_of_2(N) lanes in registers,
+  so x and dy are read from memory once. The lanes past N are masked and read as 0: they add nothing to
+  the sums, but they are not elements, so every mean divides by N, never by BLOCK_N.
+- Rows walked in column chunks of BLOCK_N: the forward in two passes (the sum of squares, then y; the
+  second read from L2), one program a row; the backward in two steps (row statistics, then dx and
+  dgamma) for rows too long for one program's registers (up to contract.MAX_N = 65536).
 
 Vector loads: Triton reads several elements per load only where it can prove that N and the row
 strides are multiples of that many, and by itself it notices multiples of 16 alone. The launcher
@@ -26,12 +24,12 @@ in bfloat16 that makes loads 16 bytes wide instead of 2.
 The backward recomputes r from the row of x it loads anyway rather than reading a saved copy: the
 custom op returns y alone, and the recomputation costs arithmetic, not memory traffic.
 
-dgamma is reduced without atomics, deterministically. The backward runs a fixed number P of persistent
-programs (about one per multiprocessor); program p visits the row tiles p, p + P, p + 2P, ... in order and
-keeps a float64 sum of its rows' dy * x * r in registers, written once at the end as row p of a (P, N)
-float64 buffer of partials. A second kernel sums the partials per column in a fixed order. P depends
-only on the shape and the GPU, so the bits are the same run after run, and the partials take P * N * 8
-bytes whatever the number of rows.
+dgamma is reduced without atomics, deterministically. The backward runs P persistent programs (the
+plan's ``partial_rows``); program p visits the row tiles p, p + P, p + 2P, ... in order and keeps a
+float64 sum of its rows' dy * x * r in registers, written once at the end as row p of a (P, N) float64
+buffer of partials. A second kernel sums the partials per column in a fixed order. P depends only on the
+shape and the GPU, so the bits are the same run after run, and the partials take P * N * 8 bytes however
+many rows there are.
 
 Rows are addressed through their row stride (the last dimension must be contiguous), so a slice such as
 ``x[:, :N]`` of a wider tensor is read in place. Row offsets are 64-bit: ``row * stride`` may pass 2**31.
@@ -132,8 +130,8 @@ def _rmsnorm_bwd_kernel(
     col_mask = cols < N
     gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
     # This program's share of dgamma, kept in registers across all its rows (no M x N scratch), in
-    # float64: a float32 running sum over thousands of rows drifts by more than float32's tolerance
-    # (seen at 32768 x 4096 on an H200); one float64 add per element costs no memory traffic.
+    # float64: a float32 running sum over thousands of rows drifts by more than float32's tolerance;
+    # one float64 add per element costs no memory traffic.
     dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float64)
     # Persistent: tiles pid, pid + P, ... in a fixed order, so the sum is the same every run. With
     # STAGES > 1 the next tile's x and dy are copied into shared memory (cp.async) while this one is
@@ -157,7 +155,7 @@ def _rmsnorm_bwd_kernel(
 
 
 # --------------------------------------------------------------------------------------------------
-# Rows walked in chunks (launch.py rules 1b and 1c, and 16 KiB rows as one chunk): forward in two passes
+# Rows walked in chunks: forward in two passes
 # --------------------------------------------------------------------------------------------------
 
 
