@@ -4,15 +4,14 @@ reports, and building the files the commands read (checkpoints, a project tree).
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from rmsnorm_kernel import RMSNorm
 from rmsnorm_kernel.checks.cli import main
-from rmsnorm_kernel.checks.compile_report import SmallNet
+from rmsnorm_kernel.checks.compile_report import demo_network
+from rmsnorm_kernel.training.network import build_network
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
@@ -30,18 +29,6 @@ def read_report(outputs: Path, command: str) -> dict:
 # Checkpoints in the training's format
 
 
-def build_network(input_dim, hidden_dim, output_dim, norm_impl, eps):
-    """A stand-in for the training's network builder, with the same layer names."""
-    return nn.Sequential(
-        OrderedDict(
-            inp=nn.Linear(input_dim, hidden_dim),
-            norm=RMSNorm(hidden_dim, eps=eps, impl=norm_impl),
-            act=nn.SiLU(),
-            out=nn.Linear(hidden_dim, output_dim),
-        )
-    )
-
-
 HPARAMS = {"input_dim": 6, "hidden_dim": 33, "output_dim": 2, "norm_impl": "triton", "eps": 1e-6, "lr": 1e-3}
 
 
@@ -49,7 +36,8 @@ def write_checkpoint(
     path: Path, device: str, seed: int = 0, prefix: str = "net.", tamper: float = 0.0, builder=build_network
 ) -> Path:
     """A checkpoint as the training writes it: Lightning's keys plus a batch of test inputs and the
-    network's outputs on them (shifted by ``tamper``, to make a file whose record does not reproduce)."""
+    network's outputs on them (shifted by ``tamper``, to make a file whose record does not reproduce).
+    ``builder`` makes the network from the hyper-parameters: the demo network's unless given."""
     torch.manual_seed(seed)
     net = builder(**{k: v for k, v in HPARAMS.items() if k != "lr"}).to(device)
     with torch.no_grad():
@@ -104,14 +92,18 @@ def make_project(root: Path, name: str = "rmsnorm_kernel") -> Path:
 # A network with a graph break
 
 
-class BreakingNet(SmallNet):
-    """``SmallNet`` with data-dependent Python control flow in its forward: a graph break."""
+class BreakingNet(nn.Module):
+    """The compile report's network with data-dependent Python control flow in its forward: a graph break."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = demo_network()
 
     def forward(self, x):
-        h = self.norm(self.inp(x))
+        h = self.net.norm(self.net.inp(x))
         if h.sum().item() > 1e30:
             h = h * 2
-        return self.out(torch.nn.functional.silu(h))
+        return self.net.out(self.net.act(h))
 
 
 # --------------------------------------------------------------------------------------------------

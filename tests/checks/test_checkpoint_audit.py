@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from rmsnorm_kernel.checks import checkpoint_audit
+from rmsnorm_kernel.training.network import build_network
 
-from .helpers import build_network, write_checkpoint
+from .helpers import write_checkpoint
 
 
 class NotAllowedUnderWeightsOnly:
@@ -52,22 +53,20 @@ def test_audit_verifies_good_files_and_names_each_bad_one(checkpoint_dir, device
     assert results["notes.txt"].stage == "skipped" and results["notes.txt"].ok
 
 
-def test_audit_reports_a_missing_model_module_per_file(checkpoint_dir, device, monkeypatch):
-    monkeypatch.setitem(sys.modules, "rmsnorm_kernel.training.model", None)  # makes the import fail
+def test_audit_reports_a_missing_network_module_per_file(checkpoint_dir, device, monkeypatch):
+    monkeypatch.setitem(sys.modules, "rmsnorm_kernel.training.network", None)  # makes the import fail
     results = [
         r for r in checkpoint_audit.audit_checkpoints(checkpoint_dir, device=device) if r.file.endswith("last.ckpt")
     ]
     assert len(results) == 1
     assert results[0].stage == "rebuild" and not results[0].ok
-    assert "rmsnorm_kernel.training.model.build_network is not importable" in results[0].detail
+    assert "rmsnorm_kernel.training.network.build_network is not importable" in results[0].detail
 
 
-def test_audit_with_the_projects_build_network(tmp_path, device):
-    from rmsnorm_kernel.training.model import build_network as project_build_network
-
-    write_checkpoint(tmp_path / "run" / "a.ckpt", device, builder=project_build_network)
+def test_audit_rebuilds_with_the_demo_network_when_given_no_builder(tmp_path, device):
+    write_checkpoint(tmp_path / "run" / "a.ckpt", device)
     (result,) = checkpoint_audit.audit_checkpoints(tmp_path, device=device)
-    assert result.ok, result.detail
+    assert (result.stage, result.ok) == ("verified", True), result.detail
 
 
 def test_audit_of_a_missing_directory_is_empty(tmp_path):

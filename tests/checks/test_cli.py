@@ -189,7 +189,7 @@ def test_compile_report_passes_and_fails_on_a_graph_break(tmp_path, capsys, monk
     assert rc == 0, out
     assert rep["code_files"] and all(Path(f).parent == tmp_path / "compile-report" for f in rep["code_files"])
     assert ">> " in out and "torch.ops.rmsnorm_kernel.rmsnorm.default(" in out
-    monkeypatch.setattr(compile_report, "SmallNet", BreakingNet)
+    monkeypatch.setattr(compile_report, "demo_network", BreakingNet)
     rc, out, _ = run_cli(capsys, "compile-report", "--outputs", tmp_path)
     assert rc == 1 and "graph break" in out
 

@@ -3,7 +3,10 @@
 import os
 from pathlib import Path
 
+import torch
+
 from rmsnorm_kernel.checks import compile_report
+from rmsnorm_kernel.ops.module import RMSNorm
 
 from .helpers import BreakingNet
 
@@ -23,7 +26,7 @@ def test_compile_report_saves_inductor_code_that_calls_both_ops(tmp_path, device
 
 
 def test_compile_report_reports_graph_breaks(tmp_path, device, monkeypatch):
-    monkeypatch.setattr(compile_report, "SmallNet", BreakingNet)
+    monkeypatch.setattr(compile_report, "demo_network", BreakingNet)
     rep = compile_report.compile_report(tmp_path / "code", device=device)
     assert not rep.ok
     assert rep.graph_break_count >= 1 and "graph break" in rep.problems[0]
@@ -38,3 +41,11 @@ def test_op_call_excerpts_mark_each_call_with_its_context():
     calls, excerpts = compile_report.op_call_excerpts(code, context=1)
     assert calls == ["buf0 = torch.ops.rmsnorm_kernel.rmsnorm.default(x, w, 1e-06)"]
     assert excerpts == ["   b = 2\n>> buf0 = torch.ops.rmsnorm_kernel.rmsnorm.default(x, w, 1e-06)\n   c = 3"]
+
+
+def test_compiled_network_is_the_demo_network_on_the_triton_path_with_a_gamma_not_all_ones():
+    net = compile_report.demo_network()
+    assert list(dict(net.named_children())) == ["inp", "norm", "act", "out"]
+    assert (net.inp.in_features, net.inp.out_features, net.out.out_features) == (16, 257, 4)
+    assert isinstance(net.norm, RMSNorm) and net.norm.impl == "triton"
+    assert not torch.equal(net.norm.weight, torch.ones(257))

@@ -3,7 +3,7 @@
 The training writes Lightning ``.ckpt`` files under ``checkpoints/<run>/``. Each holds, besides
 Lightning's own keys, ``rmsnorm_kernel = {"test_inputs": Tensor, "test_outputs": Tensor}``: a batch of
 the test split and the network's outputs on it, recorded when the file was written. The network is
-rebuilt with ``rmsnorm_kernel.training.model.build_network(**hyper_parameters)``.
+rebuilt with ``rmsnorm_kernel.training.network.build_network(**hyper_parameters)``.
 
 A file that fails is named with the stage it reached and why: the load error, the missing keys, the
 rebuild error, each tensor that is not finite (a weight, or the recorded test batch) with its NaN and
@@ -44,9 +44,9 @@ class CheckpointAudit:
 
 def _import_build_network() -> tuple[Callable | None, str]:
     try:
-        from ..training.model import build_network
+        from ..training.network import build_network
     except Exception as exc:  # ImportError, or the module failing while it loads
-        return None, f"rmsnorm_kernel.training.model.build_network is not importable ({type(exc).__name__}: {exc})"
+        return None, f"rmsnorm_kernel.training.network.build_network is not importable ({type(exc).__name__}: {exc})"
     return build_network, ""
 
 
@@ -115,7 +115,8 @@ def audit_checkpoint(
                 name,
                 "rebuild",
                 False,
-                f"state_dict keys do not fit build_network(**hyper_parameters): network expects {sorted(expected_keys)[:4]}..., file has {sorted(state)[:4]}...",
+                f"state_dict keys do not fit build_network(**hyper_parameters): "
+                f"network expects {sorted(expected_keys)[:4]}..., file has {sorted(state)[:4]}...",
             )
         net.load_state_dict(matched)
     except Exception as exc:
@@ -138,7 +139,8 @@ def audit_checkpoint(
                 name,
                 "reproduce",
                 False,
-                f"the network gives outputs of shape {tuple(got.shape)} on the recorded test inputs; recorded: {tuple(expected.shape)}",
+                f"the network gives outputs of shape {tuple(got.shape)} on the recorded test inputs; "
+                f"recorded: {tuple(expected.shape)}",
             )
         c = compare(got, expected)
     except Exception as exc:
@@ -182,7 +184,8 @@ def mismatch(got: torch.Tensor, expected: torch.Tensor, c) -> str:
         )
     beyond = int(((got64 - exp64).abs() > c.tolerance.atol + c.tolerance.rtol * exp64.abs()).sum())
     return (
-        f"outputs differ from those recorded at save time: max abs difference {c.max_abs:.3g} (max rel {c.max_rel:.3g}); "
+        f"outputs differ from those recorded at save time: "
+        f"max abs difference {c.max_abs:.3g} (max rel {c.max_rel:.3g}); "
         f"{beyond} of {got64.numel()} values beyond atol {c.tolerance.atol:g} + rtol {c.tolerance.rtol:g} * |recorded|"
     )
 
@@ -190,7 +193,8 @@ def mismatch(got: torch.Tensor, expected: torch.Tensor, c) -> str:
 def audit_checkpoints(
     root: Path, build_network: Callable | None = None, device: str | None = None
 ) -> list[CheckpointAudit]:
-    """Audit every ``*.ckpt`` under ``root``; other files are listed as skipped. ``build_network`` defaults to the model's."""
+    """Audit every ``*.ckpt`` under ``root``; other files are listed as skipped. ``build_network`` defaults to
+    the demo network's (``training.network``)."""
     root = Path(root)
     import_problem = ""
     if build_network is None:

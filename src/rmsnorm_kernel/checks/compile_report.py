@@ -1,4 +1,4 @@
-"""The ``compile-report`` command: a small network with the Triton RMSNorm under ``torch.compile(fullgraph=True)``.
+"""The ``compile-report`` command: the demo network with the Triton RMSNorm under ``torch.compile(fullgraph=True)``.
 
 Checks: no graph break, the custom ops appear in Inductor's generated code as calls (extern, not fused
 into an Inductor kernel), and the compiled forward and gradients match eager execution.
@@ -31,9 +31,10 @@ from pathlib import Path
 import torch
 
 from ..ops.backend import kernel_device_type
-from ..ops.module import RMSNorm
 from ..ops.op import call_counts
+from ..ops.reference import DEFAULT_EPS
 from ..ops.tolerances import compare
+from ..training.network import build_network
 
 
 @dataclass
@@ -52,19 +53,17 @@ class CompileReport:
     problems: list[str]
 
 
-class SmallNet(torch.nn.Module):
-    """Linear -> RMSNorm (Triton path) -> SiLU -> Linear, with a hidden width that is not a power of two."""
+#: The compiled network's widths: a hidden width that is not a power of two.
+INPUT_DIM, HIDDEN_DIM, OUTPUT_DIM = 16, 257, 4
 
-    def __init__(self, d_in: int = 16, hidden: int = 257, d_out: int = 4):
-        super().__init__()
-        self.inp = torch.nn.Linear(d_in, hidden)
-        self.norm = RMSNorm(hidden, impl="triton")
-        self.out = torch.nn.Linear(hidden, d_out)
-        with torch.no_grad():  # a gamma that is not all ones, so that dgamma matters
-            self.norm.weight.copy_(1.0 + 0.1 * torch.arange(hidden) / hidden)
 
-    def forward(self, x):
-        return self.out(torch.nn.functional.silu(self.norm(self.inp(x))))
+def demo_network() -> torch.nn.Module:
+    """The demo network (``training.network.build_network``) on the Triton path, with a gamma that is not
+    all ones, so that dgamma matters."""
+    net = build_network(INPUT_DIM, HIDDEN_DIM, OUTPUT_DIM, norm_impl="triton", eps=DEFAULT_EPS)
+    with torch.no_grad():
+        net.norm.weight.copy_(1.0 + 0.1 * torch.arange(HIDDEN_DIM) / HIDDEN_DIM)
+    return net
 
 
 #: A call of the custom op from Inductor's wrapper code: an extern call, outside any generated kernel.
@@ -123,11 +122,12 @@ def count_graphs(graphs: list):
 
 
 def compile_report(code_dir: Path, batch: int = 8, device: str | None = None) -> CompileReport:
-    """Compile ``SmallNet`` with ``fullgraph=True``, save Inductor's code to ``code_dir``, locate the custom op."""
+    """Compile ``demo_network()`` with ``fullgraph=True``, save Inductor's code to ``code_dir``, locate the
+    custom op."""
     device = device or kernel_device_type()
     torch.manual_seed(0)
-    net = SmallNet().to(device)
-    x = torch.randn(batch, 16, device=device)
+    net = demo_network().to(device)
+    x = torch.randn(batch, INPUT_DIM, device=device)
 
     graphs: list = []
     torch.compiler.reset()

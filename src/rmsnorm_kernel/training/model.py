@@ -1,21 +1,16 @@
-"""The network Linear -> RMSNorm -> SiLU -> Linear and the LightningModule that trains it with MSE and Adam."""
+"""The LightningModule that trains the demo network (``network.build_network``) with MSE and Adam."""
 
 from __future__ import annotations
-
-from collections import OrderedDict
 
 import lightning as L
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..ops.backend import kernel_device_type
 from ..ops.contract import ContractError, check_forward
-from ..ops.module import RMSNorm
 from ..ops.op import call_counts
+from .network import NETWORK_KEYS, build_network
 
-#: The constructor arguments of ``build_network``, as saved in a checkpoint's hyper-parameters.
-NETWORK_KEYS = ("input_dim", "hidden_dim", "output_dim", "norm_impl", "eps", "norm_fallback")
 #: Test-split rows whose outputs every checkpoint records, so an audit can re-run the saved network.
 PROBE_ROWS = 64
 
@@ -26,20 +21,6 @@ class TrainingStopped(RuntimeError):
 
 class NonFiniteLossError(TrainingStopped):
     """The training loss became NaN or infinite; raised before the bad step updates any weight."""
-
-
-def build_network(
-    input_dim: int, hidden_dim: int, output_dim: int, norm_impl: str, eps: float, norm_fallback: str | None = None
-) -> nn.Sequential:
-    """Linear(input_dim, N) -> RMSNorm(N) -> SiLU -> Linear(N, output_dim), with N = hidden_dim."""
-    return nn.Sequential(
-        OrderedDict(
-            inp=nn.Linear(input_dim, hidden_dim),
-            norm=RMSNorm(hidden_dim, eps=eps, impl=norm_impl, fallback=norm_fallback),
-            act=nn.SiLU(),
-            out=nn.Linear(hidden_dim, output_dim),
-        )
-    )
 
 
 class RMSNormRegressor(L.LightningModule):

@@ -1,0 +1,28 @@
+"""The demo network, Linear -> RMSNorm -> SiLU -> Linear: the one definition that the training, the check
+commands and the tests build. Imports no Lightning, so that the check commands can rebuild it without it."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from torch import nn
+
+from ..ops.module import RMSNorm
+
+#: The constructor arguments of ``build_network``, as saved in a checkpoint's hyper-parameters.
+NETWORK_KEYS = ("input_dim", "hidden_dim", "output_dim", "norm_impl", "eps", "norm_fallback")
+
+
+def build_network(
+    input_dim: int, hidden_dim: int, output_dim: int, norm_impl: str, eps: float, norm_fallback: str | None = None
+) -> nn.Sequential:
+    """Linear(input_dim, N) -> RMSNorm(N) -> SiLU -> Linear(N, output_dim), with N = hidden_dim; the layers
+    are named ``inp``, ``norm``, ``act`` and ``out``."""
+    return nn.Sequential(
+        OrderedDict(
+            inp=nn.Linear(input_dim, hidden_dim),
+            norm=RMSNorm(hidden_dim, eps=eps, impl=norm_impl, fallback=norm_fallback),
+            act=nn.SiLU(),
+            out=nn.Linear(hidden_dim, output_dim),
+        )
+    )
