@@ -11,10 +11,9 @@ import pytest
 import torch
 
 from rmsnorm_kernel.checks import benchmark as bm
-from rmsnorm_kernel.checks.mutants import forward_block_mean
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.reference import manual_backward, rmsnorm_reference
-from rmsnorm_kernel.testing import make_inputs
+from rmsnorm_kernel.testing import forward_block_mean, make_inputs
 
 
 def test_forward_bytes_are_x_read_y_written_and_gamma():

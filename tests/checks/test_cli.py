@@ -13,9 +13,8 @@ import rmsnorm_kernel.checks
 from rmsnorm_kernel import rmsnorm
 from rmsnorm_kernel.checks import campaigns, compile_report, exercise, gradients, negative, profile
 from rmsnorm_kernel.checks.cli import main
-from rmsnorm_kernel.checks.mutants import forward_block_mean
-from rmsnorm_kernel.checks.negative import Violation
 from rmsnorm_kernel.ops.reference import rmsnorm_reference
+from rmsnorm_kernel.testing import Violation, forward_block_mean
 
 from .helpers import BreakingNet, make_project, read_report, run_cli, write_checkpoint
 
@@ -152,7 +151,9 @@ def test_negative_passes_and_fails_when_a_violation_is_accepted(tmp_path, capsys
     assert {c["name"] for c in rep["cases"]} >= {v.name for v in negative.CONTRACT_VIOLATIONS}
     assert {c["kind"] for c in rep["cases"]} == {"contract", "control", "mutant"}
     assert {tuple(c["shape"]) for c in rep["mutant_campaign_cases"]} == set(campaigns.QUICK_SHAPES)
-    accepted = Violation("accepted_input", lambda d: (torch.randn(2, 8, device=d), torch.ones(8, device=d), 1e-6), "x")
+    accepted = Violation(
+        "accepted_input", "x", lambda d: (torch.randn(2, 8, device=d), torch.ones(8, device=d), 1e-6), "x"
+    )
     monkeypatch.setattr(negative, "CONTRACT_VIOLATIONS", (accepted,))
     monkeypatch.setattr(campaigns, "QUICK_SHAPES", ((1, 257),))
     rc, out, _ = run_cli(capsys, "negative", "--quick", "--outputs", tmp_path)

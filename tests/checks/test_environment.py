@@ -3,7 +3,7 @@
 import torch
 
 from rmsnorm_kernel.checks import campaigns, environment
-from rmsnorm_kernel.checks.mutants import forward_block_mean
+from rmsnorm_kernel.testing import forward_block_mean
 
 
 def test_environment_facts_name_the_versions_the_gpu_and_the_backend(device):

@@ -14,10 +14,9 @@ from rmsnorm_kernel.checks import figures
 from rmsnorm_kernel.checks import sweep as sw
 from rmsnorm_kernel.checks import sweep_measure as sm
 from rmsnorm_kernel.checks import sweep_report as sr
-from rmsnorm_kernel.checks.mutants import forward_block_mean
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.reference import manual_backward, oracle, rmsnorm_reference
-from rmsnorm_kernel.testing import make_inputs
+from rmsnorm_kernel.testing import forward_block_mean, make_inputs
 from tests.checks.helpers import run_cli, sweep_row, sweep_run
 from tests.helpers import DEVICE
 

@@ -255,7 +255,7 @@ def test_broadcast_rows_of_stride_zero(device):
 def test_launchers_return_empty_y_and_dx_and_zero_dgamma_for_x_without_rows_without_launching(n, device):
     """Nothing to compute, so nothing launched (a zero-size grid is an error in some Triton versions), and
     the counters the kernels increment stay at 0."""
-    from rmsnorm_kernel.checks.negative import kernel_launches_forbidden
+    from rmsnorm_kernel.testing import kernel_launches_forbidden
 
     x = torch.randn(3, 0, n, device=device, dtype=torch.bfloat16)
     dy = torch.randn(3, 0, n, device=device, dtype=torch.bfloat16)

@@ -3,15 +3,15 @@ x without rows (an empty y and a zero dgamma, no kernel launched)."""
 
 import pytest
 import torch
-from torch import nn
 
 import rmsnorm_kernel
 from rmsnorm_kernel import RMSNorm, call_counts, reset_call_counts, rmsnorm, rmsnorm_reference
-from rmsnorm_kernel.checks.negative import kernel_launches_forbidden
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.impls import IMPLS
+from rmsnorm_kernel.ops.reference import DEFAULT_EPS
 from rmsnorm_kernel.ops.tolerances import compare
-from rmsnorm_kernel.testing import make_inputs
+from rmsnorm_kernel.testing import kernel_launches_forbidden, make_inputs
+from rmsnorm_kernel.training.network import build_network
 from tests.ops.helpers import (
     NO_ROWS,
     NO_ROWS_DTYPES,
@@ -41,21 +41,15 @@ def test_op_is_registered_under_its_public_name(device):
     assert torch.equal(torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, 1e-6), rmsnorm(x, gamma))
 
 
-class SmallNet(nn.Module):
-    def __init__(self, n=33):
-        super().__init__()
-        self.inp = nn.Linear(8, n)
-        self.norm = RMSNorm(n, impl="triton")
-        self.out = nn.Linear(n, 4)
-
-    def forward(self, x):
-        return self.out(torch.nn.functional.silu(self.norm(self.inp(x))))
+def demo_network(hidden_dim=33):
+    """The demo network on the Triton path: 8 inputs, ``hidden_dim`` normalized features, 4 outputs."""
+    return build_network(8, hidden_dim, 4, norm_impl="triton", eps=DEFAULT_EPS)
 
 
 def test_torch_compile_fullgraph_traces_the_op_without_graph_breaks(device):
     """fullgraph=True raises at the first graph break: compiling and running is the proof."""
     torch.manual_seed(0)
-    net = SmallNet().to(device)
+    net = demo_network().to(device)
     x = torch.randn(16, 8, device=device)
     torch.compiler.reset()
 
@@ -110,7 +104,7 @@ def test_reduce_overhead_training_step_counts_every_cuda_graph_replay(device):
     the kernels; the counters still see one forward and one backward per step, and the step computes
     what the eager one does."""
     torch.manual_seed(0)
-    net = SmallNet(257).to(device)
+    net = demo_network(257).to(device)
     x = torch.randn(32, 8, device=device)
     torch.compiler.reset()
     step = torch.compile(lambda inp: net(inp).square().mean(), mode="reduce-overhead", fullgraph=True)

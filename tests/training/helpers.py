@@ -11,11 +11,11 @@ import contextlib
 
 import torch
 
-from rmsnorm_kernel.checks import mutants
+from rmsnorm_kernel.testing import forward_block_mean
 from rmsnorm_kernel.training import cli
 from rmsnorm_kernel.training.checkpoints import read_checkpoint
 from rmsnorm_kernel.training.events import read_scalars
-from rmsnorm_kernel.training.model import NETWORK_KEYS, build_network
+from rmsnorm_kernel.training.network import NETWORK_KEYS, build_network
 from rmsnorm_kernel.training.run import RunResult, run
 from tests.helpers import DEVICE, QUIET, compose_cfg
 
@@ -117,7 +117,7 @@ def files_under(root) -> dict:
 def block_mean_forward(x, gamma, eps, *_):
     """A stand-in for ``ops.kernels.rmsnorm_forward`` with the divide-by-BLOCK defect (wrong at N = 257);
     it ignores the call counter and any further launch arguments."""
-    return mutants.forward_block_mean(x, gamma, eps)
+    return forward_block_mean(x, gamma, eps)
 
 
 def rerun_recorded_outputs(ckpt) -> tuple[torch.Tensor, torch.Tensor]:

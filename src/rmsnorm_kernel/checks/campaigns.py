@@ -23,8 +23,7 @@ from ..ops.contract import MAX_N
 from ..ops.op import rmsnorm
 from ..ops.reference import DEFAULT_EPS, oracle
 from ..ops.tolerances import TOLERANCES, compare
-from ..testing import make_inputs
-from .mutants import dx_block_mean, forward_block_mean
+from ..testing import dx_block_mean, forward_block_mean, make_inputs
 from .report import dtype_name, one_line
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -105,8 +104,8 @@ def triton_dgamma(dy, x, gamma, eps):
 
 
 #: What each campaign can run: the Triton path, and for forward and dx the deliberately broken variant
-#: of ``mutants.py`` (denominator BLOCK_N instead of N), which the campaign must catch. A forward takes
-#: ``(x, gamma, eps)``, a backward ``(dy, x, gamma, eps)``.
+#: of ``rmsnorm_kernel.testing.mutants`` (denominator BLOCK_N instead of N), which the campaign must
+#: catch. A forward takes ``(x, gamma, eps)``, a backward ``(dy, x, gamma, eps)``.
 KERNELS: dict[str, dict[str, Callable]] = {
     "forward": {"triton": rmsnorm, "block-mean": forward_block_mean},
     "dx": {"triton": triton_dx, "block-mean": dx_block_mean},

@@ -16,9 +16,8 @@ from ..ops.backend import kernel_device_type
 from ..ops.op import rmsnorm
 from ..ops.reference import DEFAULT_EPS, oracle
 from ..ops.tolerances import compare
-from ..testing import make_inputs
+from ..testing import dx_block_mean, forward_block_mean, make_inputs
 from .campaigns import triton_dx
-from .mutants import dx_block_mean, forward_block_mean
 
 EXERCISE_NS = (257, 256)
 

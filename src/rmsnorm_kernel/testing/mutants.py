@@ -5,8 +5,8 @@ every mean divides by BLOCK_N (the padded, power-of-two width) instead of N (the
 that is ``/ N`` becomes ``/ BLOCK_N``. For N a power of two the two are equal and the defect hides; for
 N = 257, BLOCK_N = 512 and every mean is about half what it should be (a row of ones gives about
 1.411458 instead of 0.9999995). They run with the operator's own launch plan, except that the forward
-mutant always holds whole rows (the operator walks some rows in chunks: ``launch.py`` rule 1b, and rows
-of exactly 16 KiB as one chunk). Never used by the operator.
+mutant always holds whole rows (the operator walks some rows in chunks, as ``launch.py`` plans). Never
+used by the operator.
 
 The looped kernels (N > launch.ROW_LIMIT) divide by N too, but their chunk is not a padded row, so the
 defect has no counterpart there.

@@ -8,10 +8,9 @@ import pytest
 import torch
 
 from rmsnorm_kernel import oracle, rmsnorm
-from rmsnorm_kernel.checks import mutants
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.tolerances import compare
-from rmsnorm_kernel.testing import make_inputs
+from rmsnorm_kernel.testing import make_inputs, mutants
 
 EPS = 1e-6
 #: The whole-row kernels that have a mutant, and how many means each computes: the forward's mean of

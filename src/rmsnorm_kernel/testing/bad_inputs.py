@@ -1,0 +1,230 @@
+"""The contract's bad inputs: every input the Triton path must refuse, named once for the tests and the
+``negative`` command.
+
+Each ``Violation`` builds ``(x, gamma, eps)`` on a device, names the argument at fault (as the refusal
+names it first: ``x``, ``gamma``, ``eps``, or ``x and gamma``) and holds a pattern that the message of
+the ``ContractError`` must match. An x without rows is no violation by itself (it gives an empty y
+without a launch), but it is checked for everything else: the ``no_rows_*`` cases are refused for their
+other fault. Rows of zero elements (N = 0) are a violation, reported before gamma's length.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ..ops.contract import MAX_N
+
+#: What every refusal accepts as a row layout, after "; accepted: ".
+_LAYOUT = r"a last dimension of stride 1 and rows at one uniform stride"
+_DTYPES = r"float32, float16 or bfloat16"
+_EPS = r"a finite number > 0"
+
+
+@dataclass(frozen=True)
+class Violation:
+    """An input the Triton path must refuse: ``build(device)`` returns ``(x, gamma, eps)``; the refusal
+    names ``argument`` and matches the pattern ``message``."""
+
+    name: str
+    argument: str
+    build: Callable[[str], tuple]
+    message: str
+
+    def problems(self, refusal: str) -> list[str]:
+        """Why ``refusal`` (a ContractError's message) is not this violation's: [] when it names the
+        argument first and matches the pattern."""
+        found = []
+        named = refusal.split(": ", 1)[-1]
+        if not named.startswith(f"{self.argument} "):
+            found.append(f"the message does not name {self.argument!r} first: {refusal}")
+        if not re.search(self.message, refusal):
+            found.append(f"message does not match /{self.message}/: {refusal}")
+        return found
+
+
+def _x_and_gamma(shape, d, gamma_shape=None, dtype=torch.float32, gamma_dtype=None):
+    x = torch.randn(shape, device=d, dtype=dtype)
+    return x, torch.ones(gamma_shape or shape[-1], device=d, dtype=gamma_dtype or dtype)
+
+
+CONTRACT_VIOLATIONS: tuple[Violation, ...] = (
+    # not tensors
+    Violation(
+        "x_not_tensor",
+        "x",
+        lambda d: ([[1.0, 2.0]], torch.ones(2, device=d), 1e-6),
+        r"x is a list; accepted: a torch\.Tensor",
+    ),
+    Violation(
+        "gamma_not_tensor",
+        "gamma",
+        lambda d: (torch.randn(4, 2, device=d), [1.0, 1.0], 1e-6),
+        r"gamma is a list; accepted: a torch\.Tensor",
+    ),
+    # dtypes
+    Violation(
+        "x_float64",
+        "x",
+        lambda d: (*_x_and_gamma((4, 6), d, dtype=torch.float64), 1e-6),
+        rf"x has dtype torch\.float64; accepted: {_DTYPES}",
+    ),
+    Violation(
+        "x_int32",
+        "x",
+        lambda d: (torch.ones(4, 6, device=d, dtype=torch.int32), torch.ones(6, device=d), 1e-6),
+        rf"x has dtype torch\.int32; accepted: {_DTYPES}",
+    ),
+    Violation(
+        "gamma_float64",
+        "gamma",
+        lambda d: (*_x_and_gamma((4, 6), d, gamma_dtype=torch.float64), 1e-6),
+        rf"gamma has dtype torch\.float64; accepted: {_DTYPES}",
+    ),
+    Violation(
+        "dtypes_differ",
+        "x and gamma",
+        lambda d: (*_x_and_gamma((4, 6), d, gamma_dtype=torch.float16), 1e-6),
+        r"x and gamma have dtypes torch\.float32 and torch\.float16; "
+        r"accepted: the same dtype, or x float16/bfloat16 with gamma float32",
+    ),
+    Violation(
+        "half_pair_differs",
+        "x and gamma",
+        lambda d: (*_x_and_gamma((4, 6), d, dtype=torch.float16, gamma_dtype=torch.bfloat16), 1e-6),
+        r"x and gamma have dtypes torch\.float16 and torch\.bfloat16; accepted: the same dtype",
+    ),
+    # devices
+    Violation(
+        "devices_differ",
+        "x and gamma",
+        lambda d: (torch.randn(4, 6, device=d), torch.ones(6, device="meta"), 1e-6),
+        r"x and gamma are on .* and meta; accepted: both on the same device",
+    ),
+    Violation(
+        "device_not_served",
+        "x",
+        lambda d: (*_x_and_gamma((4, 6), "meta"), 1e-6),
+        r"x is on meta; accepted: (cpu|cuda) tensors",
+    ),
+    # layouts
+    Violation(
+        "x_transposed",
+        "x",
+        lambda d: (torch.randn(8, 6, device=d).t(), torch.ones(8, device=d), 1e-6),
+        rf"x has a last dimension of stride 6 \(shape \(6, 8\), strides \(1, 6\)\); accepted: {_LAYOUT}",
+    ),
+    Violation(
+        "x_every_other_column",
+        "x",
+        lambda d: (torch.randn(4, 12, device=d)[:, ::2], torch.ones(6, device=d), 1e-6),
+        rf"x has a last dimension of stride 2 \(shape \(4, 6\), strides \(12, 2\)\); accepted: {_LAYOUT}",
+    ),
+    Violation(
+        "x_rows_at_two_strides",  # rows 48 apart between the slabs, 8 apart within one
+        "x",
+        lambda d: (torch.randn(4, 6, 8, device=d)[:, :3, :], torch.ones(8, device=d), 1e-6),
+        r"x has rows that no single row stride reaches \(shape \(4, 3, 8\), strides \(48, 8, 1\)\); "
+        rf"accepted: {_LAYOUT}",
+    ),
+    Violation(
+        "x_batch_transposed",
+        "x",
+        lambda d: (torch.randn(3, 4, 8, device=d).transpose(0, 1), torch.ones(8, device=d), 1e-6),
+        r"x has rows that no single row stride reaches \(shape \(4, 3, 8\), strides \(8, 32, 1\)\); "
+        rf"accepted: {_LAYOUT}",
+    ),
+    Violation(
+        "gamma_not_contiguous",
+        "gamma",
+        lambda d: (torch.randn(4, 6, device=d), torch.ones(12, device=d)[::2], 1e-6),
+        r"gamma is not contiguous \(shape \(6,\), strides \(2,\)\); accepted: a contiguous tensor",
+    ),
+    # shapes
+    Violation(
+        "x_0d",
+        "x",
+        lambda d: (torch.tensor(1.0, device=d), torch.ones(1, device=d), 1e-6),
+        r"x is a 0-d tensor; accepted: a tensor of shape \(\.\.\., N\)",
+    ),
+    Violation(
+        "x_rows_of_zero_elements",
+        "x",
+        lambda d: (*_x_and_gamma((4, 0), d), 1e-6),
+        rf"x has rows of N = 0 elements \(shape \(4, 0\)\); "
+        rf"accepted: 1 <= N <= {MAX_N} \(x may have zero rows, but not rows of zero elements\)",
+    ),
+    Violation(
+        "x_no_rows_of_zero_elements",
+        "x",
+        lambda d: (*_x_and_gamma((0, 0), d), 1e-6),
+        r"x has rows of N = 0 elements \(shape \(0, 0\)\)",
+    ),
+    Violation(
+        "x_1d_of_zero_elements",
+        "x",
+        lambda d: (*_x_and_gamma((0,), d), 1e-6),
+        r"x has rows of N = 0 elements \(shape \(0,\)\)",
+    ),
+    Violation(
+        # N = 0 is named, not gamma: asking for a gamma of shape (0,) would lead to the next refusal
+        "x_rows_of_zero_elements_with_a_longer_gamma",
+        "x",
+        lambda d: (*_x_and_gamma((4, 0), d, gamma_shape=6), 1e-6),
+        r"x has rows of N = 0 elements \(shape \(4, 0\)\)",
+    ),
+    Violation(
+        "gamma_wrong_length",
+        "gamma",
+        lambda d: (*_x_and_gamma((4, 6), d, gamma_shape=7), 1e-6),
+        r"gamma has shape \(7,\); accepted: shape \(6,\), the last dimension of x",
+    ),
+    Violation(
+        "gamma_2d",
+        "gamma",
+        lambda d: (*_x_and_gamma((4, 6), d, gamma_shape=(1, 6)), 1e-6),
+        r"gamma has shape \(1, 6\); accepted: shape \(6,\)",
+    ),
+    Violation(
+        "n_too_large",
+        "x",
+        lambda d: (*_x_and_gamma((2, MAX_N + 1), d), 1e-6),
+        rf"x has rows of N = {MAX_N + 1} elements; accepted: N <= {MAX_N}",
+    ),
+    # eps
+    Violation("eps_zero", "eps", lambda d: (*_x_and_gamma((4, 6), d), 0.0), rf"eps is 0\.0; accepted: {_EPS}"),
+    Violation("eps_negative", "eps", lambda d: (*_x_and_gamma((4, 6), d), -1e-6), rf"eps is -1e-06; accepted: {_EPS}"),
+    Violation("eps_nan", "eps", lambda d: (*_x_and_gamma((4, 6), d), float("nan")), rf"eps is nan; accepted: {_EPS}"),
+    Violation("eps_inf", "eps", lambda d: (*_x_and_gamma((4, 6), d), float("inf")), rf"eps is inf; accepted: {_EPS}"),
+    Violation("eps_bool", "eps", lambda d: (*_x_and_gamma((4, 6), d), True), rf"eps is True; accepted: {_EPS}"),
+    Violation("eps_str", "eps", lambda d: (*_x_and_gamma((4, 6), d), "1e-6"), rf"eps is '1e-6'; accepted: {_EPS}"),
+    # an x without rows, refused for its other fault
+    Violation("no_rows_eps_zero", "eps", lambda d: (*_x_and_gamma((0, 6), d), 0.0), rf"eps is 0\.0; accepted: {_EPS}"),
+    Violation(
+        "no_rows_x_float64",
+        "x",
+        lambda d: (*_x_and_gamma((0, 6), d, dtype=torch.float64), 1e-6),
+        rf"x has dtype torch\.float64; accepted: {_DTYPES}",
+    ),
+    Violation(
+        "no_rows_dtypes_differ",
+        "x and gamma",
+        lambda d: (*_x_and_gamma((0, 6), d, gamma_dtype=torch.bfloat16), 1e-6),
+        r"x and gamma have dtypes torch\.float32 and torch\.bfloat16; accepted: the same dtype",
+    ),
+    Violation(
+        "no_rows_gamma_wrong_length",
+        "gamma",
+        lambda d: (*_x_and_gamma((2, 0, 6), d, gamma_shape=7), 1e-6),
+        r"gamma has shape \(7,\); accepted: shape \(6,\)",
+    ),
+    Violation(
+        "no_rows_n_too_large",
+        "x",
+        lambda d: (*_x_and_gamma((0, MAX_N + 1), d), 1e-6),
+        rf"x has rows of N = {MAX_N + 1} elements; accepted: N <= {MAX_N}",
+    ),
+)

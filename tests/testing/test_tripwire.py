@@ -1,0 +1,55 @@
+"""The tripwire: every Triton kernel of ops/kernels.py replaced by one that raises on any use, and the real
+kernels back afterwards."""
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from rmsnorm_kernel import rmsnorm, rmsnorm_reference
+from rmsnorm_kernel.ops import kernels
+from rmsnorm_kernel.ops.tolerances import compare
+from rmsnorm_kernel.testing import KernelLaunched, kernel_launches_forbidden, make_inputs
+
+
+def jit_kernels_in_source() -> set[str]:
+    """The names of the functions decorated with ``@triton.jit`` in ops/kernels.py, read from the file."""
+    source = Path(kernels.__file__).read_text()
+    return set(re.findall(r"^@triton\.jit\s*\ndef (\w+)\(", source, flags=re.M))
+
+
+def test_tripwire_replaces_every_triton_kernel_of_ops_kernels_and_restores_them():
+    expected = jit_kernels_in_source()
+    assert expected and all(name.startswith(("_rmsnorm_", "_dgamma_")) for name in expected)
+    before = dict(vars(kernels))
+    with kernel_launches_forbidden() as replaced:
+        assert set(replaced) == expected
+        for name in expected:
+            with pytest.raises(KernelLaunched, match=f"kernels.{name} was launched"):
+                getattr(kernels, name)[(1,)]
+            with pytest.raises(KernelLaunched, match=f"kernels.{name}.run was used"):
+                getattr(kernels, name).run(grid=(1,))
+    assert all(vars(kernels)[k] is v for k, v in before.items())
+
+
+def test_tripwire_restores_the_kernels_when_the_block_raises():
+    before = dict(vars(kernels))
+    with pytest.raises(RuntimeError, match="inside the block"):
+        with kernel_launches_forbidden():
+            raise RuntimeError("inside the block")
+    assert all(vars(kernels)[k] is v for k, v in before.items())
+
+
+@pytest.mark.parametrize("n", [257, 10000], ids=["whole-row", "looped"])
+def test_tripwire_catches_a_forward_and_a_backward_launch(n, device):
+    x, gamma, dy = make_inputs((2, n), torch.float32, device)
+    with kernel_launches_forbidden():
+        with pytest.raises(KernelLaunched):
+            rmsnorm(x, gamma)
+    xl = x.clone().requires_grad_()
+    y = rmsnorm(xl, gamma)  # a real forward, outside the tripwire
+    with kernel_launches_forbidden():
+        with pytest.raises(KernelLaunched):
+            y.backward(dy)
+    assert compare(rmsnorm(x, gamma), rmsnorm_reference(x, gamma)).ok  # the real kernels are back
