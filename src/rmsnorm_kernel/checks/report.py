@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import datetime
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -49,11 +50,23 @@ def digits(v: float) -> str:
     return "-" if math.isnan(v) else f"{v:.7g}"
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
+def format_table(
+    headers: Sequence[str], rows: Sequence[Sequence], right: Iterable[int] = (), groups: Sequence | None = None
+) -> str:
+    """``rows`` under ``headers``, each value as ``cell`` writes it; the columns in ``right`` aligned right,
+    the others left; a blank line wherever ``groups`` (one key per row) changes."""
+    right = set(right)
     cells = [[str(h) for h in headers]] + [[cell(v) for v in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+
+    def line(r: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    lines = [line(cells[0]), "  ".join("-" * w for w in widths)]
+    for i, r in enumerate(cells[1:]):
+        if groups is not None and i and groups[i] != groups[i - 1]:
+            lines.append("")
+        lines.append(line(r))
     return "\n".join(lines)
 
 
@@ -81,7 +94,8 @@ def outputs_problem(outputs: Path) -> str | None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        return f"--outputs {outputs} cannot be written ({exc.strerror or exc}); accepted: a folder this user can create and write"
+        why = exc.strerror or exc
+        return f"--outputs {outputs} cannot be written ({why}); accepted: a folder this user can create and write"
     return None
 
 
@@ -100,3 +114,30 @@ def write_report(outputs: Path, command: str, ok: bool, body: dict) -> Path:
     }
     path.write_text(json.dumps(jsonable(report), indent=2) + "\n")
     return path
+
+
+# --------------------------------------------------------------------------------------------------
+# Command lines
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage mistakes end in one line on stderr and exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def at_least(minimum: float, kind: type = int):
+    """An argparse ``type``: a number of ``kind`` no smaller than ``minimum``."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number; accepted: {minimum} or more") from None
+        if not value >= minimum:
+            raise argparse.ArgumentTypeError(f"{text} is too small; accepted: {minimum} or more")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
