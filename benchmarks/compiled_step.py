@@ -15,15 +15,17 @@ Reported per path, eager and compiled:
   their own calls on the device, so graph replays count too: the Triton path must show K forward and
   K backward calls, the reference path none. The script exits 1 when a count differs.
 
-    python benchmarks/compiled_step.py [--json compiled_step.json]
+The steps are timed one by one (CUDA events around each, read after the last), not by
+``checks.benchmark.event_samples``, whose samples average several calls: the minimum per step is
+reported beside the median.
 
-Needs a CUDA GPU (CUDA graphs): without one it prints one line and exits 2.
+    python -m benchmarks.compiled_step [--json compiled_step.json] [--steps N] [--warmup N] [--count-steps K]
+
+Needs a CUDA GPU (CUDA graphs): without one it says so in one line and exits 2.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 from collections.abc import Callable
@@ -31,6 +33,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from rmsnorm_kernel import call_counts
+from rmsnorm_kernel.checks import benchmark as bm
+from rmsnorm_kernel.checks.report import OneLineParser, at_least, format_table
+
+from .common import write_json
 
 INPUT_DIM, HIDDEN_DIM, OUTPUT_DIM, BATCH, EPS, LR = 64, 257, 16, 32, 1e-6, 1e-3
 PATHS = ("reference", "triton")
@@ -88,8 +96,6 @@ def time_steps(step: Callable[[], object], steps: int, warmup: int) -> list[floa
 
 def count_calls(step: Callable[[], object], k: int) -> dict[str, dict[str, int]]:
     """``call_counts()`` before and after ``k`` steps, and the difference."""
-    from rmsnorm_kernel import call_counts
-
     before = call_counts()
     for _ in range(k):
         step()
@@ -122,20 +128,17 @@ def measure(norm_impl: str, compiled: bool, device: str, steps: int, warmup: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
+    parser = OneLineParser(prog="python -m benchmarks.compiled_step", description=__doc__.strip().split("\n")[0])
     parser.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
-    parser.add_argument("--steps", type=int, default=200, help="timed steps (default 200)")
-    parser.add_argument("--warmup", type=int, default=20, help="steps before timing (default 20)")
+    parser.add_argument("--steps", type=at_least(1), default=200, help="timed steps (default 200)")
+    parser.add_argument("--warmup", type=at_least(0), default=20, help="steps before timing (default 20)")
     parser.add_argument(
-        "--count-steps", type=int, default=10, help="K: steps between the two call_counts() reads (default 10)"
+        "--count-steps", type=at_least(1), default=10, help="K: steps between the two call_counts() reads (default 10)"
     )
     args = parser.parse_args(argv)
-    # Checked before importing the package, which would itself warn about the missing GPU.
     if not torch.cuda.is_available():
         print("compiled_step: needs a CUDA GPU (CUDA graphs); none found.", file=sys.stderr)
         return 2
-
-    from rmsnorm_kernel.checks import benchmark as bm
 
     results = [
         measure(path, mode == "compiled", "cuda", args.steps, args.warmup, args.count_steps)
@@ -155,14 +158,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['median_ms']:.3f}",
             f"{r['min_ms']:.3f}",
             f"{r['calls']['delta']['forward']}/{r['calls']['delta']['backward']}",
-            f"{expected_calls(r['path'], args.count_steps)['forward']}/{expected_calls(r['path'], args.count_steps)['backward']}",
+            "{forward}/{backward}".format(**expected_calls(r["path"], args.count_steps)),
             "ok" if r["calls_ok"] else "WRONG",
             f"{r['last_loss']:.6g}",
         )
         for r in results
     ]
     print(
-        bm.text_table(
+        format_table(
             (
                 "path",
                 "mode",
@@ -174,11 +177,10 @@ def main(argv: list[str] | None = None) -> int:
                 "loss",
             ),
             rows,
-            left=(0, 1, 6),
+            right=(2, 3, 4, 5, 7),
         )
     )
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         data = dict(
             device=device_name,
             **v,
@@ -190,8 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             timing="CUDA events around each step, median",
             results=results,
         )
-        args.json.write_text(json.dumps(data, indent=1))
-        print(f"wrote {args.json}")
+        print(f"wrote {write_json(args.json, data)}")
     return 0 if all(r["calls_ok"] for r in results) else 1
 
 

@@ -6,17 +6,17 @@ back to back between two synchronisations, ``--repeats`` times; the table gives 
 the host time to issue the calls (``time.perf_counter`` before the closing synchronisation) and of the
 wall time until the GPU is done (after it). The calls are the benchmark command's own
 (``rmsnorm_kernel.checks.benchmark.make_call``); ``autograd.grad of x * gamma`` is the floor that
-PyTorch's autograd engine puts under any forward + backward, one C++ op.
+PyTorch's autograd engine puts under any forward + backward, one C++ op. The loop is its own rather than
+``checks.benchmark.event_samples``: it reads the wall clock around a synchronisation, which also runs
+on the CPU (the tests run it there), where CUDA events do not exist.
 
-    python benchmarks/host_time.py [--json host_time.json]
+    python -m benchmarks.host_time [--json host_time.json] [--calls N] [--repeats N]
 
 Needs a CUDA GPU: without one it exits 2.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
@@ -26,9 +26,12 @@ from pathlib import Path
 import torch
 
 from rmsnorm_kernel.checks import benchmark as bm
+from rmsnorm_kernel.checks.report import OneLineParser, at_least, format_table
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.testing import make_inputs
+
+from .common import write_json
 
 
 def pieces(x: torch.Tensor, gamma: torch.Tensor, dy: torch.Tensor) -> dict[str, Callable[[], object]]:
@@ -74,10 +77,14 @@ def host_times(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
+    parser = OneLineParser(prog="python -m benchmarks.host_time", description=__doc__.strip().split("\n")[0])
     parser.add_argument("--json", type=Path, default=None, help="also write the times to this JSON file")
-    parser.add_argument("--calls", type=int, default=300, help="calls between two synchronisations (default 300)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported (default 5)")
+    parser.add_argument(
+        "--calls", type=at_least(1), default=300, help="calls between two synchronisations (default 300)"
+    )
+    parser.add_argument(
+        "--repeats", type=at_least(1), default=5, help="timed repeats; the median is reported (default 5)"
+    )
     args = parser.parse_args(argv)
     if backend() != CUDA:
         print(
@@ -89,16 +96,17 @@ def main(argv: list[str] | None = None) -> int:
     times = host_times("cuda", m, n, args.calls, args.repeats)
     v = bm.versions()
     print(
-        f"host time per call at {m}x{n} float32 on {torch.cuda.get_device_name()}: torch {v['torch']}, triton {v['triton']}"
+        f"host time per call at {m}x{n} float32 on {torch.cuda.get_device_name()}: "
+        f"torch {v['torch']}, triton {v['triton']}"
     )
     print(
-        bm.text_table(
+        format_table(
             ("piece", "host us", "wall us"),
             [(name, f"{t['host_us']:.1f}", f"{t['wall_us']:.1f}") for name, t in times.items()],
+            right=(1, 2),
         )
     )
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         data = dict(
             device=torch.cuda.get_device_name(),
             **v,
@@ -109,8 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             statistic="median",
             times=times,
         )
-        args.json.write_text(json.dumps(data, indent=1))
-        print(f"wrote {args.json}")
+        print(f"wrote {write_json(args.json, data)}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """Time whole launch plans against the shipped one over many hidden sizes: the data the rules of
 ``rmsnorm_kernel.ops.launch`` were fitted on.
 
-Where ``launch_sweep.py`` overrides one constant at a few shapes, this script replaces the settings of
+Where ``launch_sweep`` overrides one constant at a few shapes, this script replaces the settings of
 one kernel by each of a small family of alternatives and times the kernel alone, at x of about 512 MiB
 (the sweep's large regime), so that a rule can be read off many N at once:
 
@@ -14,16 +14,16 @@ one kernel by each of a small family of alternatives and times the kernel alone,
 
 Each variant's output is compared with the shipped plan's (the dtype's tolerance of
 ``ops.tolerances``; the shipped plan itself is checked against the oracle by the test suite and by
-``benchmark-sweep``). Times are ``triton.testing.do_bench`` medians (L2 flushed) of the launcher alone;
-``frac`` is the copy of x divided by the kernel's bytes (2 units of x forward, 3 backward) over the
-copy's time, so 1.0 is the copy ceiling. One JSON line per variant goes to ``--json``.
+the sweep, ``python -m benchmarks.sweep``). Times are ``triton.testing.do_bench`` medians (L2 flushed) of
+the launcher alone; ``frac`` is the copy of x divided by the kernel's bytes (2 units of x forward, 3
+backward) over the copy's time, so 1.0 is the copy ceiling. One JSON line per variant goes to ``--json``.
 
-    python benchmarks/launch_rules.py [--items fwd:bfloat16:5120,bwd:float32:2048] [--json rules.jsonl]
+    python -m benchmarks.launch_rules [--items fwd:bfloat16:5120,bwd:float32:2048] [--json rules.jsonl]
 
-Without an item list it times the fit set of ``docs/performance-notes.md`` (multiples of 1024). Needs a
+Without an item list it times ``DEFAULT_ITEMS`` (multiples of 1024, where the rules are fitted). Needs a
 CUDA GPU: without one it exits 2. A bad item or a ``--json`` that cannot be written is refused in one line
-before any work (exit 2). Each record is written as soon as it is timed, so Ctrl+C (exit 130) and the
-deadline (exit 3) keep every record so far; a rerun appends to the file.
+before any work (exit 2). Each record is written as soon as it is timed, so Ctrl+C (exit 130) keeps every
+record so far; a rerun appends to the file.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 import triton
+from triton.testing import do_bench
 
 from rmsnorm_kernel.checks import benchmark as bm
 from rmsnorm_kernel.checks.report import outputs_problem
@@ -132,7 +132,7 @@ def run_item(kind: str, dtype_name: str, n: int, device: str, bench, x_bytes_tot
     for name, p in variants.items():
         got = run(p)
         ok = all(compare(g, e).ok for g, e in zip(got, expected))
-        ms = bench(lambda: run(p))
+        ms = bench(lambda p=p: run(p))
         yield dict(
             kind=kind,
             dtype=dtype_name,
@@ -167,7 +167,9 @@ def parse_items(text: str) -> list[tuple[str, str, int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.launch_rules", description=__doc__.strip().split("\n")[0]
+    )
     parser.add_argument("--items", default=",".join(DEFAULT_ITEMS), help="comma-separated kind:dtype:N")
     parser.add_argument(
         "--json",
@@ -175,7 +177,6 @@ def main(argv: list[str] | None = None) -> int:
         default=Path("outputs/launch-rules.jsonl"),
         help="JSON lines, appended (a rerun adds to the records already there)",
     )
-    parser.add_argument("--deadline-s", type=float, default=480.0, help="start no item after this many seconds")
     args = parser.parse_args(argv)
     try:
         items = parse_items(args.items)
@@ -189,21 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     if problem is not None:
         print(f"launch_rules: {problem}", file=sys.stderr)
         return 2
-    from triton.testing import do_bench
 
     def bench(fn):
         return do_bench(fn, warmup=10, rep=50, return_mode="median")
 
-    start, wrong = time.monotonic(), 0
+    wrong = 0
     try:
         with args.json.open("a") as out:
             for kind, dtype_name, n in items:
-                if time.monotonic() - start > args.deadline_s:
-                    print(
-                        f"launch_rules: deadline reached before {kind}:{dtype_name}:{n}; records so far in {args.json}",
-                        file=sys.stderr,
-                    )
-                    return 3
                 for record in run_item(kind, dtype_name, n, "cuda", bench):
                     out.write(json.dumps(record) + "\n")
                     out.flush()  # a record is on disk before the next is timed: an interrupt loses none

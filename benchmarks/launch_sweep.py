@@ -10,16 +10,14 @@ Rows are checked against the oracle and timed with the benchmark command's proto
 (``rmsnorm_kernel.checks.benchmark``: ``measure_row``, ``cuda_timer``, ``copy_ceiling``), 10 warm-up
 calls and 20 samples of 10 calls by default; 'best' marks the fastest correct plan of each shape and mode.
 
-    python benchmarks/launch_sweep.py [--json sweep.json]
+    python -m benchmarks.launch_sweep [--json sweep.json] [--warmup N] [--samples N] [--calls N]
 
 Needs a CUDA GPU: without one it exits 2.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -27,10 +25,13 @@ from pathlib import Path
 import torch
 
 from rmsnorm_kernel.checks import benchmark as bm
+from rmsnorm_kernel.checks.report import OneLineParser, at_least
 from rmsnorm_kernel.ops import kernels, launch
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.reference import oracle
 from rmsnorm_kernel.testing import make_inputs
+
+from .common import write_json
 
 #: name -> the launch constants it overrides.
 VARIANTS: dict[str, dict[str, float]] = {
@@ -74,7 +75,8 @@ def overrides(**constants):
             raise AttributeError(f"launch_sweep: rmsnorm_kernel.ops.launch has no constant {name}")
         if hasattr(kernels, name):
             raise ValueError(
-                f"launch_sweep: {name} is read by the launchers in kernels.py directly; an override would not reach them"
+                f"launch_sweep: {name} is read by the launchers in kernels.py directly; "
+                "an override would not reach them"
             )
     saved = {name: getattr(launch, name) for name in constants}
     launch.plan.cache_clear()
@@ -106,7 +108,8 @@ def run_sweep(
                     rows.append(r)
                     plans.append(str(p))
                     log(
-                        f"  {m}x{n} {dtype_name:8s} {mode:7s} {name:18s} {bm.fmt(r.events_us, '.1f'):>9s} us  "
+                        f"  {m}x{n} {dtype_name:8s} {mode:7s} {name:18s} "
+                        f"{'-' if r.events_us is None else f'{r.events_us:.1f}':>9s} us  "
                         f"{'ok' if r.ok else 'FAILED ' + r.detail}"
                     )
         del inputs, expected
@@ -117,13 +120,13 @@ def run_sweep(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
+    parser = OneLineParser(prog="python -m benchmarks.launch_sweep", description=__doc__.strip().split("\n")[0])
     parser.add_argument(
         "--json", type=Path, default=None, help="also write every row, with its plan, to this JSON file"
     )
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--samples", type=int, default=20)
-    parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--warmup", type=at_least(0), default=10, help="warm-up calls before timing (default 10)")
+    parser.add_argument("--samples", type=at_least(1), default=20, help="timed samples (default 20)")
+    parser.add_argument("--calls", type=at_least(1), default=10, help="calls per sample (default 10)")
     args = parser.parse_args(argv)
     if backend() != CUDA:
         print("launch_sweep: needs a CUDA GPU (it times kernels); none found.", file=sys.stderr)
@@ -135,10 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     timer = bm.cuda_timer(args.warmup, args.samples, args.calls, do_bench=False)
     rows, plans = run_sweep(SHAPES, "cuda", timer, ceiling)
     print()
-    print(bm.format_table(rows, ceiling / 1e12))
+    print(bm.table(rows, ceiling / 1e12))
     if args.json is not None:
-        bm.drop_nonfinite(rows)
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         data = dict(
             device=device_name,
             **v,
@@ -149,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             variants=VARIANTS,
             rows=[dict(asdict(r), plan=p) for r, p in zip(rows, plans)],
         )
-        args.json.write_text(json.dumps(data, indent=1, allow_nan=False, default=str))
-        print(f"wrote {args.json}")
+        print(f"wrote {write_json(args.json, data)}")
     return 0 if all(r.ok for r in rows) else 1
 
 

@@ -1,30 +1,19 @@
 """The scripts of ``benchmarks/``, in-process on the CPU: what they launch, check and count, never how fast."""
 
-import importlib.util
+import json
+import subprocess
 import sys
 
 import pytest
 import torch
 
+from benchmarks import compiled_step, host_time, launch_rules, launch_sweep
 from rmsnorm_kernel.checks import benchmark as bm
 from rmsnorm_kernel.ops import launch
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from tests.helpers import ROOT
 
 no_gpu_only = pytest.mark.skipif(backend() == CUDA, reason="what the scripts do without a GPU")
-
-
-def _script(name):
-    path = ROOT / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-launch_sweep, host_time, compiled_step = _script("launch_sweep"), _script("host_time"), _script("compiled_step")
-launch_rules = _script("launch_rules")
 
 
 def _h200_plan(m, n, dtype):
@@ -66,8 +55,8 @@ class FasterEachTime:
     def __init__(self):
         self.calls = 0
 
-    def __call__(self, fn):
-        fn()
+    def __call__(self, call, restore=None, verify=None):
+        call()
         self.calls += 1
         return bm.Timing(1e-4 / self.calls, None, None)
 
@@ -192,3 +181,53 @@ def test_launch_rules_refuses_a_json_path_it_cannot_write_in_one_line(tmp_path, 
     assert launch_rules.main(["--items", "fwd:bfloat16:3072", "--json", str(tmp_path / "a-file" / "rules.jsonl")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot be written" in err[0]
+
+
+@pytest.mark.parametrize(
+    "script, argv",
+    [
+        (launch_sweep, ["--samples", "0"]),
+        (launch_sweep, ["--warmup", "-1"]),
+        (host_time, ["--calls", "0"]),
+        (compiled_step, ["--count-steps", "0"]),
+    ],
+    ids=lambda v: v.__name__ if hasattr(v, "__name__") else " ".join(v),
+)
+def test_a_count_below_its_minimum_is_refused_in_one_line_before_any_work(script, argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        script.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"argument {argv[0]}: {argv[1]} is too small" in err[0]
+
+
+def test_launch_sweep_writes_its_rows_with_their_plans(tmp_path, monkeypatch, capsys, device):
+    """main past its GPU check, on the CPU, with a fake timer and ceiling: the JSON holds every row."""
+    monkeypatch.setattr(launch_sweep, "backend", lambda: launch_sweep.CUDA)
+    monkeypatch.setattr(launch_sweep.torch.cuda, "get_device_name", lambda: "fake GPU")
+    monkeypatch.setattr(launch_sweep.torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(launch_sweep.bm, "copy_ceiling", lambda: 2e12)
+    monkeypatch.setattr(launch_sweep.bm, "cuda_timer", lambda *a, **k: FasterEachTime())
+    monkeypatch.setattr(launch_sweep, "SHAPES", {(4, 257, "float32"): ("single_off",)})
+    real_run_sweep = launch_sweep.run_sweep
+    monkeypatch.setattr(launch_sweep, "run_sweep", lambda shapes, dev, *a: real_run_sweep(shapes, device, *a))
+    assert launch_sweep.main(["--json", str(tmp_path / "out" / "sweep.json")]) == 0
+    data = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert data["device"] == "fake GPU" and data["ceiling_tbps"] == pytest.approx(2.0)
+    assert [(r["impl"], r["mode"]) for r in data["rows"]] == [
+        ("base", bm.FWD),
+        ("base", bm.FWD_BWD),
+        ("single_off", bm.FWD),
+        ("single_off", bm.FWD_BWD),
+    ]
+    assert all(r["ok"] and r["plan"] for r in data["rows"])
+    assert "single_off" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@no_gpu_only
+@pytest.mark.parametrize("name", ["launch_rules", "launch_sweep", "host_time", "compiled_step"])
+def test_each_script_runs_as_a_module_and_says_it_needs_a_gpu(name):
+    done = subprocess.run([sys.executable, "-m", f"benchmarks.{name}"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "needs a CUDA GPU" in done.stderr.strip().splitlines()[-1]

@@ -12,7 +12,7 @@ import torch
 
 from rmsnorm_kernel.checks import benchmark as bm
 from rmsnorm_kernel.ops.backend import CUDA, backend
-from rmsnorm_kernel.ops.reference import manual_backward, rmsnorm_reference
+from rmsnorm_kernel.ops.reference import manual_backward, oracle, rmsnorm_reference
 from rmsnorm_kernel.testing import forward_block_mean, make_inputs
 
 
@@ -41,11 +41,12 @@ class FakeTimer:
     """Returns fixed timings and counts what it was asked to time."""
 
     def __init__(self, events_s=1e-4, do_bench_s=2e-4, host_s=1e-5):
-        self.timing = bm.Timing(events_s, do_bench_s, host_s)
+        self.timing = bm.Timing(events_s, do_bench_s, host_s, "do_bench")
         self.calls = 0
 
-    def __call__(self, fn):
-        fn()  # the call must at least run
+    def __call__(self, call, restore, verify):
+        assert verify(call()) is None  # the call must at least run, and give the right answer
+        restore()
         self.calls += 1
         return self.timing
 
@@ -156,19 +157,15 @@ def test_table_and_json_from_a_tiny_run_with_an_injected_timer(device, tmp_path)
     r = next(r for r in results if r.impl == "triton" and r.mode == bm.FWD_BWD)
     nbytes = 5 * 4 * 257 * 4 + 2 * 257 * 4
     assert r.bytes == nbytes
-    assert (
-        r.events_us == pytest.approx(100.0)
-        and r.do_bench_us == pytest.approx(200.0)
-        and r.host_us == pytest.approx(10.0)
-    )
+    assert r.events_us == pytest.approx(100.0) and r.gpu_us == pytest.approx(200.0) and r.host_us == pytest.approx(10.0)
     assert r.bandwidth_tbps == pytest.approx(nbytes / 1e-4 / 1e12)
     assert r.pct_of_ceiling == pytest.approx(100 * nbytes / 1e-4 / ceiling)
 
     args = argparse.Namespace(warmup=20, samples=50, calls=20, no_do_bench=False)
-    report = bm.make_report(True, "fake-gpu", ceiling, results, args)
-    path = bm.write_json(report, tmp_path / "out")
+    path = bm.write(tmp_path / "out", True, "fake-gpu", ceiling, results, args)
     data = json.loads(path.read_text())
     assert path.name == "benchmark.json" and data["timed"] is True and data["device"] == "fake-gpu"
+    assert data["command"] == "benchmark" and data["ok"] is True and data["protocol"]["samples"] == 50
     assert data["ceiling_tbps"] == pytest.approx(2.0)
     assert data["liger_settings"] == {"offset": 0.0, "casting_mode": "llama", "in_place": True}
     assert len(data["results"]) == 6 and {x["impl"] for x in data["results"]} == set(impls)
@@ -176,15 +173,18 @@ def test_table_and_json_from_a_tiny_run_with_an_injected_timer(device, tmp_path)
         isinstance(x["N"], int) and x["N"] == 257 for x in data["results"]
     )  # flat records, as figures reads them
 
-    table = bm.format_table(results, 2.0)
+    table = bm.table(results, 2.0)
     lines = table.splitlines()
     assert lines[0].split()[:4] == ["shape", "dtype", "mode", "impl"]
     assert sum(1 for line in lines if line.startswith("4x257")) == 6
+    end = lines[0].index("events us") + len("events us")  # the times are aligned right, under their heading
+    assert lines[2][:end].endswith(" 100.0")
+    assert "x" in next(line for line in lines if " triton " in line and "vs best peer" in line)
     assert "copy ceiling: 2.00 TB/s" in lines[-1]
     assert f"{nbytes / 1e-4 / 1e12:.2f}" in table
 
 
-def test_json_never_holds_nan_or_infinity(tmp_path):
+def test_json_holds_no_nan_or_infinity_numbers(tmp_path):
     bad = bm.Result(
         shape="1x1",
         M=1,
@@ -199,17 +199,54 @@ def test_json_never_holds_nan_or_infinity(tmp_path):
         bytes=8,
     )
     args = argparse.Namespace(warmup=1, samples=1, calls=1, no_do_bench=True)
-    path = bm.write_json(bm.make_report(False, "cpu", None, [bad], args), tmp_path)
-    row = json.loads(path.read_text())["results"][0]
-    assert row["max_abs"] is None and row["max_rel"] is None
+    path = bm.write(tmp_path, False, "cpu", None, [bad], args)
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is no JSON number")
+
+    data = json.loads(path.read_text(), parse_constant=refuse)
+    row = data["results"][0]
+    assert row["max_abs"] == "inf" and row["max_rel"] == "nan"  # report.jsonable's spelling
+    assert data["ok"] is True  # no Triton row, nothing wrong
 
 
 def test_unknown_impl_names_are_refused():
-    with pytest.raises(SystemExit, match="unknown --impls cuda"):
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown cuda; accepted: a comma-separated subset"):
         bm.parse_impls("triton,cuda")
+    with pytest.raises(argparse.ArgumentTypeError, match="',' names no implementation"):
+        bm.parse_impls(",")
     with pytest.raises(ValueError, match="impl is 'cuda'"):
         bm.make_impl("cuda", "cpu")
     assert bm.parse_impls(" triton, F.rms_norm ,") == ["triton", "F.rms_norm"]
+
+
+def test_a_row_is_checked_on_the_rows_asked_only(device):
+    """With ``rows``, the oracle's y and dx hold those rows only: a wrong row elsewhere goes unseen, a
+    wrong row among them fails the check; dgamma is always whole."""
+    x, gamma, dy = make_inputs((6, 33), torch.float32, device)
+    y = rmsnorm_reference(x, gamma)
+    dx, dgamma = manual_backward(x, gamma, dy)
+    expected = (y[[0, 5]], dx[[0, 5]], dgamma)
+    bad_row_3, bad_row_5 = dx.clone(), dx.clone()
+    bad_row_3[3] += 1.0
+    bad_row_5[5] += 1.0
+    assert bm.check_outputs((y, bad_row_3, dgamma), expected, [0, 5]).ok
+    bad = bm.check_outputs((y, bad_row_5, dgamma), expected, [0, 5])
+    assert not bad.ok and bad.detail.startswith("dx outside tolerance")
+    timer = FakeTimer()
+    row = bm.measure_row(bm.FWD, "reference", rmsnorm_reference, (x, gamma, dy), expected, timer, rows=[0, 5])
+    assert row.ok and row.checked_rows == 2 and timer.calls == 1 and row.first_call_s is not None
+
+
+def test_a_timing_that_raises_leaves_a_checked_untimed_row(device):
+    def boom(call, restore, verify):
+        raise RuntimeError("CUDA out of memory")
+
+    inputs = make_inputs((4, 33), torch.float32, device)
+    expected = oracle(*inputs, bm.EPS)
+    row = bm.measure_row(bm.FWD_BWD, "reference", rmsnorm_reference, inputs, expected, boom, 1e12)
+    assert row.ok and row.events_us is None and row.pct_of_ceiling is None
+    assert row.gpu_note == "timing raised RuntimeError: CUDA out of memory"
 
 
 @pytest.mark.skipif(backend() == CUDA, reason="the CPU fallback; on a GPU the command times for real")
@@ -235,15 +272,3 @@ def test_liger_settings_are_liger_defaults():
     params = inspect.signature(rms.LigerRMSNormFunction.forward).parameters
     for name, value in bm.LIGER_SETTINGS.items():
         assert params[name].default == value
-
-
-def test_text_table_aligns_columns_and_separates_groups():
-    table = bm.text_table(("name", "us"), [("a", "1.5"), ("bbb", "10.25"), ("c", "2")], groups=[1, 1, 2])
-    assert table.splitlines() == [
-        "name     us",
-        "----  -----",
-        "a       1.5",
-        "bbb   10.25",
-        "",
-        "c         2",
-    ]

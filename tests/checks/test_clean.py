@@ -39,10 +39,11 @@ GENERATED_FILES = [
     "outputs/benchmark.json",
     "outputs/benchmark-sweep.json",
     "outputs/benchmark-sweep.md",
-    "outputs/benchmark-sweep.part1of2.json",
-    "outputs/benchmark-sweep.part2of2.after7.json",
-    "outputs/benchmark-sweep.part2of2.tmp",
-    "outputs/benchmark-sweep.part1of2.json.prev1",
+    "outputs/benchmark-sweep.run.json",
+    "outputs/benchmark-sweep.run.after7.json",
+    "outputs/benchmark-sweep.run.after7.tmp",
+    "outputs/benchmark-sweep.run.json.prev1",
+    "outputs/benchmark-sweep.tmp",
     "outputs/check-forward.json",
     "outputs/compile-report.json",
     "outputs/compile-report/inductor_output_0.py",
@@ -80,6 +81,7 @@ USER_FILES = [
     "outputs/my_experiments/results.csv",
     "outputs/notes.txt",
     "outputs/benchmark-sweep.notes.md",  # near a sweep file's name, not one
+    "outputs/benchmark-sweep.part1of2.json",  # not a name the sweep writes
     "runs/summary.txt",
     "runs/triton_seed0/events.out.tfevents.1",  # not in a version_<k> folder
     "runs/triton_seed0/version_0/my_notes.md",
@@ -245,8 +247,8 @@ def test_the_dry_run_command_prints_every_path_and_writes_nothing(project, capsy
     assert sorted(p for p, a in table.items() if a == "would remove") == sorted(GENERATED_FILES + REMOVED_FOLDERS)
     assert sorted(p for p, a in table.items() if a.startswith("kept")) == sorted(USER_FILES + [EMPTY_USER_FOLDER])
     assert (
-        f"{len(GENERATED_FILES)} file(s) and {len(REMOVED_FOLDERS)} folder(s) would be removed; {len(USER_FILES) + 1} path(s) kept"
-        in out
+        f"{len(GENERATED_FILES)} file(s) and {len(REMOVED_FOLDERS)} folder(s) would be removed; "
+        f"{len(USER_FILES) + 1} path(s) kept" in out
     )
     assert snapshot(project) == before  # no report in outputs/, nothing else either
 

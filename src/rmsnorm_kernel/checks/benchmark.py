@@ -18,29 +18,31 @@ Protocol, as in Triton's tutorial:
   reported beside it, and the host time to issue a call (``time.perf_counter`` over the same samples);
 - bytes are the fewest the operation must move: forward 2*M*N elements of x's dtype + N of gamma's;
   forward + backward 5*M*N (x and y; x, dy and dx) + 2*N (gamma, dgamma);
-- a table is printed last and every number goes to ``<outputs>/benchmark.json``.
+- a table is printed last (``report.format_table``) and every number goes to ``<outputs>/benchmark.json``
+  (``report.write_report``), rewritten after every shape.
 
 Without a CUDA GPU nothing can be timed: the command says so, runs a tiny correctness-only smoke of
 the implementations that run on the CPU (the Triton path through Triton's interpreter, the reference,
 ``F.rms_norm``), writes the JSON with no timings, and exits 0 when every result is right, 1 otherwise
 (``--require-gpu`` makes it exit 2 instead of running the smoke).
 
-The scripts in the repository's ``benchmarks/`` folder (launch-plan sweep, host time per call, a
-compiled training step) reuse this module's protocol functions.
+This module is the one home of what is measured and how: the implementations under test
+(``IMPLS``, ``make_impl``, ``make_call``, ``LIGER_SETTINGS``), the oracle check (``check_outputs``), the
+byte model (``bytes_moved``), the timing of whole calls (``event_samples``, ``cuda_timer``) and the
+check-then-time of one row (``measure_row``). The repository's ``benchmarks`` package (the sweep over
+hidden sizes, the launch-plan experiments) builds on them.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
 import math
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -50,7 +52,7 @@ from ..ops.op import rmsnorm
 from ..ops.reference import DEFAULT_EPS, oracle, rmsnorm_reference
 from ..ops.tolerances import compare
 from ..testing import make_inputs
-from .report import outputs_problem
+from .report import at_least, dtype_name, format_table, one_line, outputs_problem, write_report
 
 EPS = DEFAULT_EPS
 FWD, FWD_BWD = "fwd", "fwd+bwd"
@@ -116,11 +118,16 @@ class Check:
     detail: str = ""
 
 
-def check_outputs(outputs: tuple, expected: tuple) -> Check:
+def check_outputs(outputs: tuple, expected: tuple, rows: list[int] | None = None) -> Check:
     """Compare (y,) or (y, dx, dgamma) with the oracle's under ``compare``; the first failing output
-    is named in ``detail``."""
+    is named in ``detail``. With ``rows``, ``expected`` holds y and dx on those rows only (dgamma whole)
+    and the same rows of ``outputs`` are compared."""
     worst = Check(True, 0.0, 0.0)
-    for name, got, want in zip(("y", "dx", "dgamma"), outputs, expected):
+    for i, (name, got, want) in enumerate(zip(("y", "dx", "dgamma"), outputs, expected)):
+        if got is not None:
+            got = got.detach()
+            if rows is not None and i < 2 and got.dim() == 2:
+                got = got.index_select(0, torch.tensor(rows, device=got.device))
         if got is None or tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
             got_desc = "None" if got is None else f"{tuple(got.shape)} {got.dtype}"
             return Check(
@@ -202,17 +209,25 @@ def make_call(mode: str, fn: ForwardFn, x: torch.Tensor, gamma: torch.Tensor, dy
 
 @dataclass
 class Timing:
-    events_s: float | None  # median seconds per call, CUDA events over samples of `calls` calls
-    do_bench_s: float | None  # triton.testing.do_bench median, seconds
+    events_s: float | None  # median seconds per whole call, CUDA events around back-to-back calls
+    gpu_s: float | None  # the GPU time: do_bench of the call here; the sweep times its CUDA graph's replays
     host_s: float | None = None  # median host seconds to issue one call (CPU side of the same samples)
+    gpu_method: str | None = None  # how gpu_s was taken
+    gpu_note: str = ""
 
 
-Timer = Callable[[Callable[[], object]], Timing]
+#: A timer gets the call, a function putting back the inputs a call overwrites (Liger writes dx over dy)
+#: and one checking a call's outputs against the oracle (None: right); the simple timers use the call only.
+Timer = Callable[..., Timing]
 
 
 def event_samples(fn: Callable[[], object], samples: int, calls: int) -> tuple[float, float]:
     """(median seconds per call by CUDA events, median host seconds to issue one call) over ``samples``
-    samples of ``calls`` back-to-back calls."""
+    samples of ``calls`` back-to-back calls.
+
+    ``triton.testing.do_bench`` times one call at a time with the L2 cache flushed before each; this
+    loop keeps the calls back to back, their host work and allocations included, as a caller runs them.
+    """
     per_call, host = [], []
     for _ in range(samples):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -228,23 +243,26 @@ def event_samples(fn: Callable[[], object], samples: int, calls: int) -> tuple[f
 
 
 def cuda_timer(warmup: int = 20, samples: int = 50, calls: int = 20, do_bench: bool = True) -> Timer:
-    def timer(fn: Callable[[], object]) -> Timing:
-        for _ in range(warmup):
-            fn()
-        torch.cuda.synchronize()
-        per_call, host = event_samples(fn, samples, calls)
-        bench = None
-        if do_bench:
-            import triton.testing
+    """The benchmark's timer: ``warmup`` calls, then ``event_samples``; ``triton.testing.do_bench``'s
+    median of the same call beside it (unless ``do_bench`` is False)."""
 
-            bench = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median") / 1e3
-        return Timing(per_call, bench, host)
+    def timer(call: Callable[[], object], restore=None, verify=None) -> Timing:
+        for _ in range(warmup):
+            call()
+        torch.cuda.synchronize()
+        per_call, host = event_samples(call, samples, calls)
+        if not do_bench:
+            return Timing(per_call, None, host)
+        import triton.testing
+
+        bench = triton.testing.do_bench(call, warmup=10, rep=40, return_mode="median") / 1e3
+        return Timing(per_call, bench, host, "do_bench")
 
     return timer
 
 
-def no_timer(fn: Callable[[], object]) -> Timing:
-    """The CPU smoke's timer: nothing is timed."""
+def no_timer(call: Callable[[], object], restore=None, verify=None) -> Timing:
+    """Without a GPU: nothing is timed."""
     return Timing(None, None, None)
 
 
@@ -255,21 +273,12 @@ def copy_ceiling(device: str = "cuda", nbytes: int = 1 << 30, samples: int = 20,
     for _ in range(3):
         dst.copy_(src)
     torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / calls)
-    del src, dst
-    return 2 * nbytes / statistics.median(times)
+    seconds, _ = event_samples(lambda: dst.copy_(src), samples, calls)
+    return 2 * nbytes / seconds
 
 
 # --------------------------------------------------------------------------------------------------
-# The run
+# One row: checked, then timed
 # --------------------------------------------------------------------------------------------------
 
 
@@ -286,29 +295,18 @@ class Result:
     max_abs: float | None
     max_rel: float | None
     bytes: int
+    checked_rows: int | None = None  # rows of y and dx compared with the oracle (dgamma: always all)
+    first_call_s: float | None = None  # the checked first call: compiles and Triton's JIT land here
     events_us: float | None = None
-    do_bench_us: float | None = None
+    gpu_us: float | None = None
     host_us: float | None = None
-    bandwidth_tbps: float | None = None
-    pct_of_ceiling: float | None = None
+    gpu_method: str | None = None
+    gpu_note: str = ""
+    bandwidth_tbps: float | None = None  # from events_us
+    gpu_tbps: float | None = None  # from gpu_us
+    pct_of_ceiling: float | None = None  # bandwidth_tbps against the copy ceiling
     winner: bool = False
     speedup_vs_best_peer: float | None = None  # Triton rows: best correct peer's time / Triton's time
-
-
-@dataclass
-class Report:
-    timed: bool
-    device: str
-    backend: str
-    torch: str
-    triton: str
-    liger_kernel: str | None
-    python: str
-    date: str
-    ceiling_tbps: float | None
-    protocol: dict
-    liger_settings: dict
-    results: list[Result] = field(default_factory=list)
 
 
 def _us(s: float | None) -> float | None:
@@ -316,31 +314,69 @@ def _us(s: float | None) -> float | None:
 
 
 def measure_row(
-    mode: str, impl: str, fn: ForwardFn, inputs: tuple, expected: tuple, timer: Timer, ceiling_bps: float | None
+    mode: str,
+    impl: str,
+    fn: ForwardFn,
+    inputs: tuple,
+    expected: tuple,
+    timer: Timer,
+    ceiling_bps: float | None = None,
+    rows: list[int] | None = None,
 ) -> Result:
-    """Check one implementation on one problem against the oracle's ``expected`` outputs, then time it
-    (a failed check is not timed)."""
+    """Check one implementation in one direction against the oracle's ``expected`` outputs (y and dx on
+    ``rows`` only when given, see ``check_outputs``), then time it with ``timer``. A failed check is not
+    timed; an implementation that raises is a failed row; a timing that raises leaves the row checked
+    but untimed, with the reason in ``gpu_note``."""
     x, gamma, dy = inputs
     m, n = x.shape
     nbytes = bytes_moved(mode, m, n, x.dtype, gamma.dtype)
-    base = dict(
-        shape=f"{m}x{n}", M=m, N=n, dtype=str(x.dtype).replace("torch.", ""), mode=mode, impl=impl, bytes=nbytes
+    row = Result(
+        shape=f"{m}x{n}",
+        M=m,
+        N=n,
+        dtype=dtype_name(x.dtype),
+        mode=mode,
+        impl=impl,
+        ok=False,
+        detail="",
+        max_abs=None,
+        max_rel=None,
+        bytes=nbytes,
+        checked_rows=m if rows is None else len(rows),
     )
-    expected = expected[:1] if mode == FWD else expected
-    # Liger's default in_place=True writes dx over dy: each implementation gets its own dy.
-    own_dy = dy.clone()
+    want = expected[:1] if mode == FWD else expected
+    cuda = x.device.type == "cuda"
+    t0 = time.perf_counter()
     try:
-        outputs = make_call(mode, fn, x, gamma, own_dy.clone())()
-        check = check_outputs(tuple(o.detach() if o is not None else None for o in outputs), expected)
+        outputs = make_call(mode, fn, x, gamma, dy.clone())()  # its own dy: Liger writes dx over it
+        if cuda:
+            torch.cuda.synchronize()
+        row.first_call_s = time.perf_counter() - t0
+        check = check_outputs(outputs, want, rows)
+        del outputs
     except Exception as exc:  # an implementation that raises is a failed row, not a failed run
-        return Result(**base, ok=False, detail=f"raised {type(exc).__name__}: {exc}"[:300], max_abs=None, max_rel=None)
-    del outputs
-    row = Result(**base, ok=check.ok, detail=check.detail, max_abs=check.max_abs, max_rel=check.max_rel)
+        row.detail = f"raised {type(exc).__name__}: {exc}"[:300]
+        return row
+    row.ok, row.detail, row.max_abs, row.max_rel = check.ok, check.detail, check.max_abs, check.max_rel
     if not check.ok:
         return row
-    timing = timer(make_call(mode, fn, x, gamma, own_dy))
-    row.events_us, row.do_bench_us, row.host_us = _us(timing.events_s), _us(timing.do_bench_s), _us(timing.host_s)
-    row.bandwidth_tbps = tbps(nbytes, timing.events_s)
+    work_dy = dy.clone()
+    call = make_call(mode, fn, x, gamma, work_dy)
+
+    def verify(outputs) -> str | None:
+        c = check_outputs(outputs if isinstance(outputs, tuple) else (outputs,), want, rows)
+        return None if c.ok else (c.detail or "outside tolerance")
+
+    try:
+        timing = timer(call, lambda: work_dy.copy_(dy), verify)
+    except Exception as exc:  # out of memory, say: the row stays checked but untimed, the run goes on
+        row.gpu_note = f"timing raised {one_line(exc)}"[:300]
+        if cuda:
+            torch.cuda.empty_cache()
+        return row
+    row.events_us, row.gpu_us, row.host_us = _us(timing.events_s), _us(timing.gpu_s), _us(timing.host_s)
+    row.gpu_method, row.gpu_note = timing.gpu_method, timing.gpu_note
+    row.bandwidth_tbps, row.gpu_tbps = tbps(nbytes, timing.events_s), tbps(nbytes, timing.gpu_s)
     if row.bandwidth_tbps is not None and ceiling_bps:
         row.pct_of_ceiling = 100.0 * row.bandwidth_tbps * 1e12 / ceiling_bps
     return row
@@ -375,8 +411,8 @@ def run_benchmark(
     on_shape_done: Callable[[list[Result]], None] | None = None,
 ) -> list[Result]:
     results: list[Result] = []
-    for m, n, dtype_name in shapes:
-        inputs = make_inputs((m, n), DTYPES[dtype_name], device)
+    for m, n, name in shapes:
+        inputs = make_inputs((m, n), DTYPES[name], device)
         expected = oracle(*inputs, EPS)
         for impl in impls:
             fn = impl_factory(impl, device)  # compile: a fresh compiled function for this shape
@@ -384,14 +420,11 @@ def run_benchmark(
                 log(f"  {impl}: not available here, skipped")
                 continue
             for mode in MODES:
-                t0 = time.perf_counter()
                 row = measure_row(mode, impl, fn, inputs, expected, timer, ceiling_bps)
                 results.append(row)
                 status = "ok" if row.ok else f"FAILED: {row.detail}"
                 timing = f"{row.events_us:.1f} us" if row.events_us is not None else "untimed"
-                log(
-                    f"  {m}x{n} {dtype_name:8s} {mode:7s} {impl:10s} {timing:>12s}  {status}  ({time.perf_counter() - t0:.1f}s)"
-                )
+                log(f"  {m}x{n} {name:8s} {mode:7s} {impl:10s} {timing:>12s}  {status}  ({row.first_call_s or 0:.1f}s)")
         del inputs, expected
         if device == "cuda":
             torch.cuda.empty_cache()
@@ -403,66 +436,39 @@ def run_benchmark(
 
 
 # --------------------------------------------------------------------------------------------------
-# Output
+# Output: the table (report.format_table) and the JSON report (report.write_report)
 # --------------------------------------------------------------------------------------------------
 
-
-def fmt(v: float | None, spec: str) -> str:
-    """``v`` formatted by ``spec``, or "-" for a missing number."""
-    return "-" if v is None else format(v, spec)
+TABLE_HEAD = ("shape", "dtype", "mode", "impl", "events us", "do_bench us", "host us", "TB/s", "% ceil", "check", "")
 
 
-def text_table(head: tuple[str, ...], rows: list[tuple], left: Iterable[int] = (0,), groups: list | None = None) -> str:
-    """Rows of cells under ``head``, columns in ``left`` aligned left and the others right; a blank line
-    wherever ``groups`` (one key per row) changes."""
-    left = set(left)
-    cells = [tuple(str(c) for c in row) for row in rows]
-    widths = [max(len(row[i]) for row in [head, *cells]) for i in range(len(head))]
+def table(results: list[Result], ceiling_tbps: float | None) -> str:
+    def f(v: float | None, spec: str) -> str:
+        return "-" if v is None else format(v, spec)
 
-    def line(row) -> str:
-        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-
-    out = [line(head), "  ".join("-" * w for w in widths)]
-    for i, row in enumerate(cells):
-        if groups is not None and i and groups[i] != groups[i - 1]:
-            out.append("")
-        out.append(line(row))
-    return "\n".join(out)
-
-
-def format_table(results: list[Result], ceiling_tbps: float | None) -> str:
-    head = ("shape", "dtype", "mode", "impl", "events us", "do_bench us", "host us", "TB/s", "% ceil", "check", "")
-    lines = []
+    rows = []
     for r in results:
         mark = "best" if r.winner else ""
         if r.impl == "triton" and r.speedup_vs_best_peer is not None:
             mark = (mark + " " if mark else "") + f"x{r.speedup_vs_best_peer:.2f} vs best peer"
-        lines.append(
+        rows.append(
             (
                 r.shape,
                 r.dtype,
                 r.mode,
                 r.impl,
-                fmt(r.events_us, ".1f"),
-                fmt(r.do_bench_us, ".1f"),
-                fmt(r.host_us, ".1f"),
-                fmt(r.bandwidth_tbps, ".2f"),
-                fmt(r.pct_of_ceiling, ".0f"),
+                f(r.events_us, ".1f"),
+                f(r.gpu_us, ".1f"),
+                f(r.host_us, ".1f"),
+                f(r.bandwidth_tbps, ".2f"),
+                f(r.pct_of_ceiling, ".0f"),
                 "ok" if r.ok else "FAILED",
                 mark,
             )
         )
-    table = text_table(head, lines, left=(0, 1, 2, 3, 9, 10), groups=[(r.shape, r.dtype) for r in results])
+    text = format_table(TABLE_HEAD, rows, right=range(4, 9), groups=[(r.shape, r.dtype) for r in results])
     ceiling = f"{ceiling_tbps:.2f} TB/s" if ceiling_tbps else "not measured"
-    return table + f"\ncopy ceiling: {ceiling}; 'best': fastest correct row of its group (events median)"
-
-
-def write_json(report: Report, outputs: Path) -> Path:
-    outputs = Path(outputs)
-    outputs.mkdir(parents=True, exist_ok=True)
-    path = outputs / "benchmark.json"
-    path.write_text(json.dumps(asdict(report), indent=1, allow_nan=False, default=str))
-    return path
+    return text + f"\ncopy ceiling: {ceiling}; 'best': fastest correct row of its group (events median)"
 
 
 def versions() -> dict:
@@ -476,16 +482,8 @@ def versions() -> dict:
     )
 
 
-def drop_nonfinite(results: list[Result]) -> None:
-    """An error that is NaN or infinite becomes None: JSON has no such numbers."""
-    for r in results:
-        for k in ("max_abs", "max_rel"):
-            v = getattr(r, k)
-            if v is not None and not math.isfinite(v):
-                setattr(r, k, None)
-
-
-def make_report(timed: bool, device_name: str, ceiling_bps: float | None, results: list[Result], args) -> Report:
+def report_body(timed: bool, device_name: str, ceiling_bps: float | None, results: list[Result], args) -> dict:
+    """What ``benchmark.json`` holds besides what every report carries (``report.write_report``)."""
     protocol = dict(
         warmup_calls=args.warmup,
         samples=args.samples,
@@ -498,23 +496,36 @@ def make_report(timed: bool, device_name: str, ceiling_bps: float | None, result
         check="ops.tolerances.compare against ops.reference.oracle",
         compile="torch.compile(reference, dynamic=False), torch.compiler.reset() per shape",
     )
-    drop_nonfinite(results)
-    return Report(
+    return dict(
         timed=timed,
+        **versions(),
         device=device_name,
-        backend=backend(),
-        date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         ceiling_tbps=None if ceiling_bps is None else ceiling_bps / 1e12,
         protocol=protocol,
         liger_settings=dict(LIGER_SETTINGS),
         results=results,
-        **versions(),
     )
+
+
+def write(outputs: Path, timed: bool, device_name: str, ceiling_bps: float | None, results: list[Result], args) -> Path:
+    """``<outputs>/benchmark.json``: ok when every Triton row is right."""
+    ok = all(r.ok for r in results if r.impl == "triton")
+    return write_report(outputs, "benchmark", ok, report_body(timed, device_name, ceiling_bps, list(results), args))
 
 
 # --------------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------------
+
+
+def parse_impls(text: str) -> list[str]:
+    """``--impls``: comma-separated names of ``IMPLS``, at least one (an argparse ``type``)."""
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in names if s not in IMPLS]
+    if unknown or not names:
+        what = f"unknown {', '.join(unknown)}" if unknown else f"{text!r} names no implementation"
+        raise argparse.ArgumentTypeError(f"{what}; accepted: a comma-separated subset of {','.join(IMPLS)}")
+    return names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -528,40 +539,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--quick", action="store_true", help="small shapes and 10 samples instead of 50: a fast look, not a result"
     )
     parser.add_argument(
-        "--impls", default=",".join(IMPLS), help=f"comma-separated subset of {','.join(IMPLS)} (default: all)"
+        "--impls",
+        type=parse_impls,
+        default=",".join(IMPLS),
+        help=f"comma-separated subset of {','.join(IMPLS)} (default: all)",
     )
     parser.add_argument(
         "--outputs", type=Path, default=Path("outputs"), help="directory for benchmark.json (default: outputs)"
     )
-    parser.add_argument("--warmup", type=int, default=20, help="warm-up calls before timing (default 20)")
-    parser.add_argument("--samples", type=int, default=50, help="timed samples (default 50)")
-    parser.add_argument("--calls", type=int, default=20, help="calls per sample (default 20)")
+    parser.add_argument("--warmup", type=at_least(0), default=20, help="warm-up calls before timing (default 20)")
+    parser.add_argument("--samples", type=at_least(1), default=50, help="timed samples (default 50)")
+    parser.add_argument("--calls", type=at_least(1), default=20, help="calls per sample (default 20)")
     parser.add_argument("--no-do-bench", action="store_true", help="skip triton.testing.do_bench")
     parser.add_argument(
         "--require-gpu", action="store_true", help="without a CUDA GPU exit 2 instead of running the CPU smoke"
     )
 
 
-def parse_impls(text: str) -> list[str]:
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [s for s in names if s not in IMPLS]
-    if unknown:
-        raise SystemExit(f"benchmark: unknown --impls {', '.join(unknown)}; accepted: {', '.join(IMPLS)}")
-    return names
-
-
 def _cpu_smoke(impls: list[str], args) -> int:
     impls = [i for i in impls if i not in ("compile", "liger")]
     results = run_benchmark(CPU_SMOKE_SHAPES, impls, "cpu", no_timer, None)
-    path = write_json(make_report(False, platform.processor() or "cpu", None, results, args), args.outputs)
+    path = write(args.outputs, False, platform.processor() or "cpu", None, results, args)
     print(f"\nwrote {path}\n")
-    print(format_table(results, None))
+    print(table(results, None))
     print("CPU smoke: correctness only, no timings (run on a CUDA GPU for the benchmark).")
     return 0 if all(r.ok for r in results) else 1
 
 
 def run(args) -> int:
-    impls = parse_impls(args.impls)
+    """The command, on arguments parsed by a parser that ``add_arguments`` filled."""
+    impls = args.impls
     if args.quick:
         args.samples = min(args.samples, 10)
     shapes = SMALL_SHAPES if (args.shapes == "small" or args.quick) else FULL_SHAPES
@@ -593,24 +600,11 @@ def run(args) -> int:
         "cuda",
         timer,
         ceiling,
-        on_shape_done=lambda rows: write_json(make_report(True, device_name, ceiling, list(rows), args), args.outputs),
+        on_shape_done=lambda rows: write(args.outputs, True, device_name, ceiling, rows, args),
     )
-    report = make_report(True, device_name, ceiling, results, args)
-    path = write_json(report, args.outputs)
+    path = write(args.outputs, True, device_name, ceiling, results, args)
     print(f"\nwrote {path}\n")
-    print(f"{device_name}, torch {v['torch']}, triton {v['triton']}, liger-kernel {v['liger_kernel']}, {report.date}")
-    print(format_table(results, ceiling / 1e12))
+    print(f"{device_name}, torch {v['torch']}, triton {v['triton']}, liger-kernel {v['liger_kernel']}")
+    print(table(results, ceiling / 1e12))
     # A peer outside the oracle's tolerance is a finding, reported in its row; a wrong Triton row fails the run.
     return 0 if all(r.ok for r in results if r.impl == "triton") else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m rmsnorm_kernel.checks.benchmark", description=__doc__.strip().split("\n")[0]
-    )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,13 +9,14 @@ code, hold for trees written by any earlier run, and are checked against the cod
 
 Generated, relative to the project root (``<name>`` is any run name, ``<k>``, ``<n>`` numbers):
 
-- ``outputs/<command>.json``: a check command's report (``report.write_report``; ``benchmark.json``
-  from ``benchmark.write_json``), for the commands of ``REPORT_COMMANDS``;
-- ``outputs/benchmark-sweep.part<k>of<p>.json`` (``.after<n>.json`` for a run with ``--skip-done``) and its
-  ``.tmp`` while being written, and an earlier run's file kept as ``.json.prev<n>`` (``sweep.part_path``,
-  ``sweep.write_json``, ``sweep.keep_previous``), and the merge's
-  ``outputs/benchmark-sweep.md`` (``sweep_report``; its JSON is the command's report above);
+- ``outputs/<command>.json``: a check command's report (``report.write_report``), for the commands of
+  ``REPORT_COMMANDS``;
 - ``outputs/figures/<figure>.png`` for the figures of ``FIGURE_FILES`` (``figures.FIGURES``);
+- the files of the benchmark sweep (``python -m benchmarks.sweep``, outside the package): a run's
+  ``outputs/benchmark-sweep.run.json`` (``.run.after<n>.json`` for a run with ``--skip-done``), its
+  ``.tmp`` while being written and an earlier run's file kept as ``.json.prev<n>``; the merge's
+  ``outputs/benchmark-sweep.json`` (its ``.tmp`` while being written), ``outputs/benchmark-sweep.md`` and
+  ``outputs/figures/benchmark_sweep.png`` (``SWEEP_FILES``);
 - ``outputs/compile-report/inductor_output_<n>.py`` (``compile_report.compile_report``);
 - in a Hydra job folder under ``outputs/hydra/`` or ``multirun/`` (a folder whose ``.hydra/`` holds
   ``hydra.yaml``): ``.hydra/config.yaml``, ``.hydra/hydra.yaml``, ``.hydra/overrides.yaml`` and
@@ -76,10 +77,15 @@ REPORT_COMMANDS = (
     "check-checkpoints",
     "clean",
     "benchmark",
-    "benchmark-sweep",
 )
 #: The PNG files of the ``figures`` command (``figures.FIGURES``).
-FIGURE_FILES = ("training_mse.png", "check_errors.png", "benchmark.png", "benchmark_sweep.png")
+FIGURE_FILES = ("training_mse.png", "check_errors.png", "benchmark.png")
+#: The benchmark sweep's files, by the names ``benchmarks.sweep`` gives them (a test checks they agree).
+SWEEP_FILES = (
+    r"outputs/benchmark-sweep\.run(?:\.after\d+)?\.(?:json|tmp)(?:\.prev\d+)?",
+    r"outputs/benchmark-sweep\.(?:json|md|tmp)",
+    r"outputs/figures/benchmark_sweep\.png",
+)
 #: Folders the commands create by these names, removed when empty even if they held nothing.
 LAYOUT_FOLDERS = frozenset(GENERATED_TOP_LEVEL) | {
     "outputs/figures",
@@ -90,14 +96,14 @@ LAYOUT_FOLDERS = frozenset(GENERATED_TOP_LEVEL) | {
 
 _HYDRA = r"(?:outputs/hydra|multirun)(?:/[^/]+)+"
 _VERSION = r"[^/]+/version_\d+"
-_CACHE = r"(?:(?:%s)/(?:[^/]+/)*)?%s" % ("|".join(re.escape(t) for t in PYTHON_TREES), CACHE_DIR_NAME)
+_TREES = "|".join(re.escape(t) for t in PYTHON_TREES)
+_CACHE = rf"(?:(?:{_TREES})/(?:[^/]+/)*)?{CACHE_DIR_NAME}"
 _STATIC_PATTERNS = [
     re.compile(p)
     for p in (
-        r"outputs/(?:%s)\.json" % "|".join(re.escape(c) for c in REPORT_COMMANDS),
-        r"outputs/figures/(?:%s)" % "|".join(re.escape(f) for f in FIGURE_FILES),
-        r"outputs/benchmark-sweep\.part\d+of\d+(?:\.after\d+)?\.(?:json|tmp)(?:\.prev\d+)?",
-        r"outputs/benchmark-sweep\.md",
+        r"outputs/(?:{})\.json".format("|".join(re.escape(c) for c in REPORT_COMMANDS)),
+        r"outputs/figures/(?:{})".format("|".join(re.escape(f) for f in FIGURE_FILES)),
+        *SWEEP_FILES,
         r"outputs/compile-report/inductor_output_\d+\.py",
         rf"{_HYDRA}/multirun\.yaml",
         rf"runs/{_VERSION}/(?:events\.out\.tfevents\.[^/]+|hparams\.yaml)",

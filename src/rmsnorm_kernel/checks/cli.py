@@ -17,7 +17,7 @@ from pathlib import Path
 from ..ops.backend import backend, kernel_device_type
 from ..ops.tolerances import TOLERANCES
 from . import campaigns, checkpoint_audit, compile_report, environment, exercise, figures, gradients, negative, profile
-from .report import cell, digits, dtype_name, format_table, outputs_problem, verdict, write_report
+from .report import OneLineParser, cell, digits, dtype_name, format_table, outputs_problem, verdict, write_report
 
 #: The check commands whose reports the figures read, with the campaign each runs.
 CAMPAIGN_COMMANDS = {"check-forward": "forward", "check-backward": "dx", "check-gamma": "dgamma"}
@@ -56,7 +56,8 @@ def cmd_environment(args) -> int:
     facts = environment.environment_facts()
     print(format_table(["item", "value"], [(f.item, f.value) for f in facts]))
     print(
-        f"\nproof that the Triton path runs here: one {environment.PROOF_SHAPE} {dtype_name(environment.PROOF_DTYPE)} forward and backward against the oracle"
+        f"\nproof that the Triton path runs here: one {environment.PROOF_SHAPE} "
+        f"{dtype_name(environment.PROOF_DTYPE)} forward and backward against the oracle"
     )
     proof = environment.environment_proof()
     print(
@@ -169,7 +170,8 @@ def cmd_exercise(args) -> int:
     print(
         "\nvalue: the first output coordinate (forward) or max |dx - dx_oracle| (backward).\n"
         "At N = 257 the broken kernel divides by BLOCK = 512: 1/sqrt(257/512 + eps) = 1.411458 instead of 0.9999995.\n"
-        "At N = 256, BLOCK = N and the defect hides. The backward has its own two means: fixing only the forward is not enough."
+        "At N = 256, BLOCK = N and the defect hides. "
+        "The backward has its own two means: fixing only the forward is not enough."
     )
     ok = all(r.ok for r in rows)
     path = write_report(args.outputs, "exercise", ok, {"rows": rows})
@@ -250,9 +252,7 @@ def cmd_compile_report(args) -> int:
 def cmd_figures(args) -> int:
     print("== figures ==\n")
     reports = {CAMPAIGN_LABELS[c]: args.outputs / f"{cmd}.json" for cmd, c in CAMPAIGN_COMMANDS.items()}
-    results = figures.make_figures(
-        args.outputs / "figures", args.runs, reports, args.benchmark, args.outputs / "benchmark-sweep.json"
-    )
+    results = figures.make_figures(args.outputs / "figures", args.runs, reports, args.benchmark)
     print(format_table(["figure", "status", "detail"], [(r.name, r.status, r.detail) for r in results]))
     written = [r for r in results if r.status == "written"]
     failed = [r for r in results if r.status == "failed"]
@@ -288,7 +288,8 @@ def cmd_check_checkpoints(args) -> int:
         return _finish(
             False,
             path,
-            f"no {checkpoint_audit.CHECKPOINT_SUFFIX} file under {args.checkpoints}: nothing was verified (run train.py first)",
+            f"no {checkpoint_audit.CHECKPOINT_SUFFIX} file under {args.checkpoints}: "
+            "nothing was verified (run train.py first)",
         )
     bad = [r for r in audited if not r.ok]
     return _finish(
@@ -340,25 +341,16 @@ def cmd_benchmark(args, extra: list[str]) -> int:
         from . import benchmark
     except ImportError as exc:
         print(
-            f"benchmark: the module rmsnorm_kernel.checks.benchmark is not available ({exc}); it defines this command's options and runs it",
+            f"benchmark: the module rmsnorm_kernel.checks.benchmark is not available ({exc}); "
+            "it defines this command's options and runs it",
             file=sys.stderr,
         )
         return USAGE
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="rmsnorm-kernel benchmark", description=(benchmark.__doc__ or "").strip().split("\n")[0] or None
     )
     benchmark.add_arguments(parser)
     return int(benchmark.run(parser.parse_args(extra)))
-
-
-def cmd_benchmark_sweep(args, extra: list[str]) -> int:
-    from . import sweep
-
-    parser = argparse.ArgumentParser(
-        prog="rmsnorm-kernel benchmark-sweep", description=(sweep.__doc__ or "").strip().split("\n")[0] or None
-    )
-    sweep.add_arguments(parser)
-    return int(sweep.run(parser.parse_args(extra)))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -401,7 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = add(
             command,
             _campaign_command(command),
-            f"{CAMPAIGN_LABELS[campaign]} of the Triton path against the oracle: {len(campaigns.FULL_SHAPES) * len(campaigns.DTYPES)} cases "
+            f"{CAMPAIGN_LABELS[campaign]} of the Triton path against the oracle: "
+            f"{len(campaigns.FULL_SHAPES) * len(campaigns.DTYPES)} cases "
             "(irregular shapes, float32/float16/bfloat16, gamma not all ones)",
             parents=(common, quick),
         )
@@ -409,23 +402,27 @@ def build_parser() -> argparse.ArgumentParser:
             "--kernel",
             choices=sorted(campaigns.KERNELS[campaign]),
             default="triton",
-            help="the kernel under test; block-mean is the deliberately broken variant (denominator BLOCK), which must fail",
+            help="the kernel under test; block-mean is the deliberately broken variant (denominator BLOCK), "
+            "which must fail",
         )
     add(
         "negative",
         cmd_negative,
-        "every contract violation refused with ContractError before any kernel launch; the BLOCK-denominator mutant caught by the campaigns",
+        "every contract violation refused with ContractError before any kernel launch; "
+        "the BLOCK-denominator mutant caught by the campaigns",
         parents=(common, quick),
     )
     add(
         "exercise",
         cmd_exercise,
-        "a row of 257 ones through the correct and the BLOCK-denominator kernels (0.9999995 vs 1.411458), the same at N = 256, and the broken backward",
+        "a row of 257 ones through the correct and the BLOCK-denominator kernels (0.9999995 vs 1.411458), "
+        "the same at N = 256, and the broken backward",
     )
     p = add(
         "profile",
         cmd_profile,
-        "torch.profiler kernel counts of one forward and one forward+backward: reference, Triton, torch.compile(reference) (CPU operator counts without a GPU)",
+        "torch.profiler kernel counts of one forward and one forward+backward: reference, Triton, "
+        "torch.compile(reference) (CPU operator counts without a GPU)",
     )
     p.add_argument(
         "--shape", type=int, nargs=2, metavar=("M", "N"), default=[64, 257], help="input shape (default: 64 257)"
@@ -433,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "compile-report",
         cmd_compile_report,
-        "graph breaks under torch.compile(fullgraph=True) (must be 0), Inductor's code saved, and the op's opaque call in it",
+        "graph breaks under torch.compile(fullgraph=True) (must be 0), Inductor's code saved, "
+        "and the op's opaque call in it",
     )
     figure_help = "\n".join(f"  {name}: {text}" for name, text in figures.FIGURES.items())
     p = add(
@@ -462,7 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
         "clean",
         cmd_clean,
         "list (--dry-run) or remove the files this project's commands wrote in outputs/, runs/, checkpoints/, "
-        "multirun/, .pytest_cache and __pycache__, file by file, and the folders left empty; every other file is kept and listed",
+        "multirun/, .pytest_cache and __pycache__, file by file, and the folders left empty; "
+        "every other file is kept and listed",
         parents=(),
     )
     p.add_argument(
@@ -489,12 +488,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "benchmark", help="time the kernels (options: rmsnorm-kernel benchmark --help)", add_help=False
     ).set_defaults(handler=None)
-    sub.add_parser(
-        "benchmark-sweep",
-        help="issue 19's sweep of hidden sizes, in parts, and their merge "
-        "(options: rmsnorm-kernel benchmark-sweep --help)",
-        add_help=False,
-    ).set_defaults(handler=None)
     return parser
 
 
@@ -506,8 +499,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE
     if args.command == "benchmark":
         return cmd_benchmark(args, extra)
-    if args.command == "benchmark-sweep":
-        return cmd_benchmark_sweep(args, extra)
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "benchmark", "absent") is None:

@@ -2,7 +2,8 @@
 
 Each figure function reads its inputs, draws one PNG with matplotlib's Agg backend (no display needed)
 and returns a ``FigureResult``; missing or unreadable inputs give a ``skipped`` or ``failed`` result
-with the reason, never an exception.
+with the reason, never an exception. ``pyplot``, ``is_number`` and ``FigureResult`` serve the sweep's
+figure too (``benchmarks.sweep.figures``).
 """
 
 from __future__ import annotations
@@ -30,13 +31,6 @@ FIGURES: dict[str, str] = {
         "forward+backward), bandwidth in TB/s against the copy ceiling and time per call, one bar per "
         "implementation for each shape and dtype; skipped when the file is absent or has no timings"
     ),
-    "benchmark_sweep.png": (
-        "the merged sweep (benchmark-sweep.json, from benchmark-sweep --merge): bandwidth in TB/s from GPU time "
-        "against the hidden size N, one line per implementation (bfloat16; float16 and float32 as triangles and "
-        "squares), forward and forward+backward, one panel per regime (large: 512 MiB, mid: 32 MiB) and one for "
-        "the shapes outside the sweep, with each regime's copy ceiling; skipped when the file is absent or has "
-        "no timings"
-    ),
 }
 
 TRAINING_TAGS = ("train/mse", "val/mse")
@@ -53,7 +47,7 @@ class FigureResult:
     series: list[str] = field(default_factory=list)
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -117,7 +111,7 @@ def training_figure(runs_dir: Path, out: Path) -> FigureResult:
         if p not in paths_seen:
             notes.append(f"no run of the {p} path (a run directory's name must contain 'reference' or 'triton')")
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(TRAINING_TAGS), figsize=(12, 4.5), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     # The two paths of one configuration (same seed...) share a colour: solid and wide for the
@@ -181,7 +175,7 @@ def check_errors_figure(reports: dict[str, Path], out: Path) -> FigureResult:
         status = "failed" if any("is not a check report" in n for n in notes) else "skipped"
         return FigureResult(name, status, "; ".join(notes) + " (run the check commands first)")
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(len(loaded), 2, figsize=(11, 3.2 * len(loaded)), squeeze=False)
     series = []
     for row, (label, cases) in enumerate(loaded.items()):
@@ -238,7 +232,7 @@ def _records(data) -> list[dict]:
     return []
 
 
-def _is_number(v) -> bool:
+def is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -250,7 +244,7 @@ _BAR_MEASURES = (
 
 def _bar_figure(records: list[dict], data: dict, path: Path, out: Path) -> FigureResult:
     """One panel per (mode, measure): bars per implementation over the shapes, as benchmark.py writes them."""
-    measures = [(k, t) for k, t in _BAR_MEASURES if any(_is_number(r.get(k)) for r in records)]
+    measures = [(k, t) for k, t in _BAR_MEASURES if any(is_number(r.get(k)) for r in records)]
     modes = sorted({str(r["mode"]) for r in records})
     impls = sorted({str(r["impl"]) for r in records}, key=lambda i: (i != "triton", i))
 
@@ -259,9 +253,9 @@ def _bar_figure(records: list[dict], data: dict, path: Path, out: Path) -> Figur
 
     def size(r: dict) -> float:
         m, n = r.get("M"), r.get("N")
-        return m * n if _is_number(m) and _is_number(n) else 0
+        return m * n if is_number(m) and is_number(n) else 0
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(len(modes), len(measures), figsize=(7 * len(measures), 3.8 * len(modes)), squeeze=False)
     series, failed = [], 0
     for row, mode in enumerate(modes):
@@ -273,7 +267,7 @@ def _bar_figure(records: list[dict], data: dict, path: Path, out: Path) -> Figur
             for i, impl in enumerate(impls):
                 xs, ys = [], []
                 for j, c in enumerate(cases):
-                    hit = [r for r in of_mode if r["impl"] == impl and case(r) == c and _is_number(r.get(key))]
+                    hit = [r for r in of_mode if r["impl"] == impl and case(r) == c and is_number(r.get(key))]
                     if hit and hit[0].get("ok", True) is not False:
                         xs.append(j + (i - (len(impls) - 1) / 2) * width)
                         ys.append(hit[0][key])
@@ -283,7 +277,7 @@ def _bar_figure(records: list[dict], data: dict, path: Path, out: Path) -> Figur
                     ax.bar(xs, ys, width=width, label=impl)
                     series.append(f"{mode} {key} {impl}")
             ceiling = data.get("ceiling_tbps") if isinstance(data, dict) else None
-            if key == "bandwidth_tbps" and _is_number(ceiling):
+            if key == "bandwidth_tbps" and is_number(ceiling):
                 ax.axhline(ceiling, color="black", linestyle=":", linewidth=1, label="copy ceiling")
             ax.set_xticks(range(len(cases)), cases, rotation=30, ha="right", fontsize=7)
             ax.set_title(f"{mode}: {title}", fontsize=9)
@@ -322,19 +316,19 @@ def benchmark_figure(benchmark_json: Path, out: Path) -> FigureResult:
     if (
         isinstance(data, dict)
         and data.get("timed") is False
-        or not any(_is_number(v) for r in records for k, v in r.items() if _MEASURE.search(k))
+        or not any(is_number(v) for r in records for k, v in r.items() if _MEASURE.search(k))
     ):
         return FigureResult(name, "skipped", f"{path} has no timings (written without a GPU: a correctness-only run)")
     if all("impl" in r and "mode" in r for r in records) and any(
-        _is_number(r.get(k)) for r in records for k, _ in _BAR_MEASURES
+        is_number(r.get(k)) for r in records for k, _ in _BAR_MEASURES
     ):
         return _bar_figure(records, data, path, out)
-    x_key = next((k for k in _X_KEYS if all(_is_number(r.get(k)) for r in records)), None)
+    x_key = next((k for k in _X_KEYS if all(is_number(r.get(k)) for r in records)), None)
     if x_key is None:
         return FigureResult(
             name, "failed", f"{path}: no numeric row-length field in every record; looked for {', '.join(_X_KEYS)}"
         )
-    numeric = sorted({k for r in records for k, v in r.items() if k != x_key and _is_number(v)})
+    numeric = sorted({k for r in records for k, v in r.items() if k != x_key and is_number(v)})
     measures = ([k for k in numeric if _MEASURE.search(k)] or numeric)[:6]
     if not measures:
         return FigureResult(name, "failed", f"{path}: no numeric measurement besides {x_key}")
@@ -347,13 +341,13 @@ def benchmark_figure(benchmark_json: Path, out: Path) -> FigureResult:
         ]
         return " ".join(parts) or "all"
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(measures), figsize=(5.5 * len(measures), 4.2), squeeze=False)
     series = []
     for ax, m in zip(axes[0], measures):
         groups: dict[str, list[tuple[float, float]]] = {}
         for r in records:
-            if _is_number(r.get(m)):
+            if is_number(r.get(m)):
                 groups.setdefault(variant(r), []).append((r[x_key], r[m]))
         for label, pts in sorted(groups.items()):
             pts.sort()
@@ -373,137 +367,16 @@ def benchmark_figure(benchmark_json: Path, out: Path) -> FigureResult:
     )
 
 
-# --------------------------------------------------------------------------------------------------
-# The benchmark sweep (checks/sweep.py, merged by checks/sweep_report.py)
-
-SWEEP_COLORS = {
-    "triton": "tab:red",
-    "compile": "tab:blue",
-    "F.rms_norm": "tab:green",
-    "liger": "tab:purple",
-    "reference": "tab:gray",
-}
-SWEEP_MARKERS = {"bfloat16": "o", "float16": "^", "float32": "s"}
-SWEEP_PANELS = (
-    ("large", "sweep", "large regime (x of 512 MiB)"),
-    ("mid", "sweep", "mid regime (x of 32 MiB)"),
-    ("large", "outside", "outside the sweep (large regime)"),
-)
-
-
-def sweep_figure(sweep_json: Path, out: Path) -> FigureResult:
-    """TB/s (GPU time) against N: rows are directions, columns the regimes and the outside shapes."""
-    name = out.name
-    path = Path(sweep_json)
-    if not path.is_file():
-        return FigureResult(name, "skipped", f"no {path} (run benchmark-sweep on a GPU, then benchmark-sweep --merge)")
-    try:
-        data = json.loads(path.read_text())
-        rows = data["rows"]
-        if not str(data.get("kind", "")).startswith("benchmark-sweep") or not isinstance(rows, list):
-            raise ValueError("not written by benchmark-sweep")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return FigureResult(name, "failed", f"{path} is not a sweep file ({type(exc).__name__}: {exc})")
-    timed = [r for r in rows if r.get("ok") and _is_number(r.get("gpu_tbps")) and r.get("repeat", 0) == 0]
-    if not timed:
-        return FigureResult(name, "skipped", f"{path} has no timings (runs without a GPU: correctness only)")
-    panels = [p for p in SWEEP_PANELS if any(r["regime"] == p[0] and r.get("origin") == p[1] for r in timed)]
-    modes = [m for m in ("fwd", "fwd+bwd") if any(r["mode"] == m for r in timed)]
-    from .sweep_measure import best_ceilings
-
-    ceilings = best_ceilings(data.get("ceilings", []))  # the report's rule
-    impls = sorted(
-        {r["impl"] for r in timed}, key=lambda i: (list(SWEEP_COLORS).index(i) if i in SWEEP_COLORS else 99, i)
-    )
-
-    plt = _pyplot()
-    from matplotlib.lines import Line2D
-
-    fig, axes = plt.subplots(len(modes), len(panels), figsize=(6.2 * len(panels), 4.2 * len(modes)), squeeze=False)
-    series = []
-    for i, mode in enumerate(modes):
-        for j, (regime, origin, title) in enumerate(panels):
-            ax = axes[i][j]
-            here = [r for r in timed if r["mode"] == mode and r["regime"] == regime and r.get("origin") == origin]
-            for impl in impls:
-                color = SWEEP_COLORS.get(impl)
-                for dtype, marker in SWEEP_MARKERS.items():
-                    pts = sorted((r["N"], r["gpu_tbps"]) for r in here if r["impl"] == impl and r["dtype"] == dtype)
-                    if not pts:
-                        continue
-                    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-                    if dtype == "bfloat16" and origin == "sweep":
-                        ax.plot(
-                            xs,
-                            ys,
-                            "-",
-                            marker=marker,
-                            markersize=3,
-                            linewidth=1.8 if impl == "triton" else 1.1,
-                            color=color,
-                        )
-                    else:
-                        ax.plot(
-                            xs, ys, linestyle="none", marker=marker, markersize=5, color=color, markerfacecolor="none"
-                        )
-                    series.append(f"{mode} {regime}/{origin} {impl} {dtype}")
-            if regime in ceilings:
-                ax.axhline(ceilings[regime], color="black", linestyle=":", linewidth=1)
-            if origin == "outside":
-                ax.set_xscale("log", base=2)
-            ax.set_ylim(bottom=0)
-            ax.set_title(f"{mode}: {title}", fontsize=9)
-            ax.set_xlabel("hidden size N")
-            ax.set_ylabel("TB/s (GPU time)")
-            ax.grid(True, alpha=0.3)
-    handles = [Line2D([], [], color=SWEEP_COLORS.get(i), label=i) for i in impls]
-    handles += [
-        Line2D(
-            [],
-            [],
-            color="black",
-            linestyle="none",
-            marker=m,
-            markerfacecolor="none" if d != "bfloat16" else "black",
-            label=d,
-        )
-        for d, m in SWEEP_MARKERS.items()
-    ]
-    handles.append(Line2D([], [], color="black", linestyle=":", label="copy ceiling"))
-    axes[0][0].legend(handles=handles, fontsize=7, loc="lower right")
-    fig.suptitle(
-        f"Sweep: bandwidth from GPU time (CUDA-graph replays) against N, {data.get('device', '')}; "
-        f"bfloat16 lines, float16 and float32 open markers",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return FigureResult(
-        name,
-        "written",
-        f"{len(timed)} timed rows; panels: {', '.join(m for m in modes)} x {', '.join(p[2] for p in panels)}",
-        str(out),
-        series,
-    )
-
-
 def make_figures(
-    figures_dir: Path,
-    runs_dir: Path,
-    campaign_reports: dict[str, Path],
-    benchmark_json: Path,
-    sweep_json: Path | None = None,
+    figures_dir: Path, runs_dir: Path, campaign_reports: dict[str, Path], benchmark_json: Path
 ) -> list[FigureResult]:
     """All figures into ``figures_dir``; each one independent of the others' inputs."""
     figures_dir = Path(figures_dir)
     figures_dir.mkdir(parents=True, exist_ok=True)
-    sweep_json = Path(sweep_json) if sweep_json is not None else Path(benchmark_json).parent / "benchmark-sweep.json"
     makers = {
         "training_mse.png": lambda out: training_figure(runs_dir, out),
         "check_errors.png": lambda out: check_errors_figure(campaign_reports, out),
         "benchmark.png": lambda out: benchmark_figure(benchmark_json, out),
-        "benchmark_sweep.png": lambda out: sweep_figure(sweep_json, out),
     }
     results = []
     for fname, make in makers.items():

@@ -1,15 +1,30 @@
-"""Measuring one point of the benchmark sweep: the oracle on the checked rows, the two times, the ceiling.
+"""Checking and timing one point of the sweep: the oracle on the checked rows, the two times, the ceiling.
 
-``checks.sweep`` says which points and runs them; this module checks and times one implementation in one
-direction at one point (``measure_row``), all of a point (``measure_point``) and the copy ceiling
-(``measure_ceiling``). What the two times are and why is in ``checks.sweep``'s docstring; in short:
+Every implementation runs forward alone and forward + backward at every point, through
+``checks.benchmark.measure_row``: first checked against the float64 oracle (``ops.reference.oracle``)
+with ``ops.tolerances.compare``, on every row when x has at most ``FULL_CHECK_ELEMENTS`` elements; above
+that on the first and last ``CHECK_EDGE_ROWS`` rows and ``CHECK_SPREAD_ROWS`` spread between for y and
+dx, and dgamma over all rows, summed in float64 chunk by chunk (``expected_outputs``). A wrong result is
+not timed. Two times per call then (``CudaTimers``):
 
-- the oracle (float64) on every row up to ``FULL_CHECK_ELEMENTS`` elements, else on the first and last
-  ``CHECK_EDGE_ROWS`` rows and ``CHECK_SPREAD_ROWS`` spread between, with dgamma always over all rows;
-- ``CudaTimers.whole``: CUDA events around back-to-back eager calls, and the host time per call;
-- ``CudaTimers.gpu``: the call captured in a CUDA graph, replays timed by ``triton.testing.do_bench``
-  (L2 flushed), the replay checked against the oracle; ``torch.profiler``'s kernel records when the call
-  cannot be captured or its replay is wrong.
+- **whole call**: CUDA events around back-to-back eager calls, allocations, autograd and host work
+  included, as the benchmark command times them (``checks.benchmark.event_samples``); the median over
+  samples (3 to 10 samples of 1 to 20 calls, about 20 ms in all), with the host time to issue a call;
+- **GPU time**: the same call captured in a CUDA graph (``torch.cuda.CUDAGraph``, after warm-up calls on
+  a side stream; ``torch.compile``'s function after its compilation), its replays timed by
+  ``triton.testing.do_bench`` (median, L2 flushed before each replay). A replay runs the call's kernels
+  with no Python, launcher, autograd or allocator work between them, the same way for every
+  implementation, so host work neither hides nor adds GPU time; it still counts the gaps between the
+  call's kernels, which a training step also pays. The graph's replay is checked against the oracle once
+  more. Where a call cannot be captured, or its replay is wrong, the GPU time is the sum of the call's
+  kernel (and memcpy/memset) durations in ``torch.profiler``'s records (median of ``PROFILER_CALLS``
+  calls, L2 flushed before each): it leaves out the gaps between kernels. Each row names its method
+  (``gpu_method``).
+
+Bandwidth is the byte model of ``checks.benchmark.bytes_moved`` over the time. The copy ceiling
+(``measure_ceiling``) is a device-to-device ``copy_`` of each regime's bytes (bytes read plus written),
+at the start and at the end of each run, as a whole call and by ``do_bench`` of the copy kernel; a row's
+share of the ceiling uses its regime's fastest copy (``best_ceilings``).
 """
 
 from __future__ import annotations
@@ -18,22 +33,19 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
-import triton
+import triton.testing
 
-from ..ops.reference import manual_backward, oracle
-from ..testing import make_inputs
-from . import benchmark as bm
-from .report import one_line
+from rmsnorm_kernel.checks import benchmark as bm
+from rmsnorm_kernel.checks.report import one_line
+from rmsnorm_kernel.ops.reference import manual_backward, oracle
+from rmsnorm_kernel.testing import make_inputs
 
-if TYPE_CHECKING:
-    from .sweep import Point
+from .points import Point
 
 MiB = 1 << 20
 EPS = bm.EPS
-FWD, FWD_BWD, MODES = bm.FWD, bm.FWD_BWD, bm.MODES
 
 #: What one row's timing spends: whole calls for about WHOLE_BUDGET_S (at least WHOLE_MIN_SAMPLES samples),
 #: do_bench's warm-up and repetitions in ms of replays, the profiler's calls when there is no graph.
@@ -81,21 +93,6 @@ def expected_outputs(
     return y, dx, acc.to(gamma.dtype)
 
 
-def check_selected(outputs: tuple, expected: tuple, rows: list[int] | None) -> bm.Check:
-    """``benchmark.check_outputs`` on the checked rows of y and dx, and on all of dgamma."""
-    outputs = tuple(o.detach() if o is not None else None for o in outputs)
-    if rows is not None:
-        idx = None
-        picked = []
-        for i, o in enumerate(outputs):
-            if i < 2 and o is not None and o.dim() == 2:
-                idx = torch.tensor(rows, device=o.device) if idx is None else idx
-                o = o.index_select(0, idx)
-            picked.append(o)
-        outputs = tuple(picked)
-    return bm.check_outputs(outputs, expected)
-
-
 # --------------------------------------------------------------------------------------------------
 # Timing
 # --------------------------------------------------------------------------------------------------
@@ -103,29 +100,23 @@ def check_selected(outputs: tuple, expected: tuple, rows: list[int] | None) -> b
 GRAPH, PROFILER = "cuda-graph", "profiler"
 
 
-class NoTimers:
-    """Without a GPU: nothing is timed."""
-
-    timed = False
-
-    def whole(self, call):
-        return None, None
-
-    def gpu(self, call, restore, verify):
-        return None, None, ""
-
-
 class CudaTimers:
-    """The two times of the module docstring, on the current CUDA device."""
-
-    timed = True
+    """The two times of the module docstring, on the current CUDA device: a timer for
+    ``checks.benchmark.measure_row``."""
 
     def __init__(self, whole_s: float = WHOLE_BUDGET_S, rep_ms: int = GPU_REP_MS, warmup_ms: int = GPU_WARMUP_MS):
         self.whole_s, self.rep_ms, self.warmup_ms = whole_s, rep_ms, warmup_ms
         self._side: torch.cuda.Stream | None = None
 
+    def __call__(self, call, restore, verify) -> bm.Timing:
+        events_s, host_s = self.whole(call)
+        restore()
+        gpu_s, method, note = self.gpu(call, restore, verify)
+        return bm.Timing(events_s, gpu_s, host_s, method, note)
+
     def whole(self, call: Callable[[], object]) -> tuple[float, float]:
-        """(median seconds per call by CUDA events, median host seconds to issue one call)."""
+        """(median seconds per call by CUDA events, median host seconds to issue one call), the samples
+        sized from one call's time."""
         call()
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -154,8 +145,6 @@ class CudaTimers:
         return self._profiler(call), PROFILER, note
 
     def _graph(self, call, restore, verify) -> tuple[float, str | None]:
-        import triton.testing
-
         if self._side is None:
             self._side = torch.cuda.Stream()
         main = torch.cuda.current_stream()
@@ -201,18 +190,21 @@ class CudaTimers:
         return statistics.median(times)
 
 
-def measure_ceiling(regime: str, nbytes: int, timers, when: str) -> dict:
+def _us(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e6
+
+
+def measure_ceiling(regime: str, nbytes: int, timers: CudaTimers, when: str) -> dict:
     """A device-to-device copy of ``nbytes``, timed both ways; moved bytes = read + written.
 
     Its GPU time is ``do_bench`` of the copy itself, not of a CUDA graph: captured in a graph, ``copy_``
-    becomes a memcpy node that the copy engines run, at 2.68 TB/s on an H200 against 4.1 TB/s for the
-    copy kernel. One copy of 32 MiB or more has no host work worth removing.
+    becomes a memcpy node that the copy engines run, slower than the copy kernel. One copy of 32 MiB or
+    more has no host work worth removing.
     """
     src = torch.randn(nbytes // 4, device="cuda")
     dst = torch.empty_like(src)
     whole_s, _ = timers.whole(lambda: dst.copy_(src))
     gpu_s = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median") / 1e3
-    method, note = "do_bench", "the copy kernel itself (a graph would run a memcpy node on the copy engines)"
     moved = 2 * nbytes
     return dict(
         regime=regime,
@@ -220,20 +212,22 @@ def measure_ceiling(regime: str, nbytes: int, timers, when: str) -> dict:
         bytes=moved,
         whole_us=_us(whole_s),
         gpu_us=_us(gpu_s),
-        gpu_method=method,
-        gpu_note=note,
+        gpu_method="do_bench",
+        gpu_note="the copy kernel itself (a graph would run a memcpy node on the copy engines)",
         whole_tbps=bm.tbps(moved, whole_s),
         gpu_tbps=bm.tbps(moved, gpu_s),
     )
 
 
 # --------------------------------------------------------------------------------------------------
-# Measuring
+# Measuring a point
 # --------------------------------------------------------------------------------------------------
 
 
 @dataclass
 class Row:
+    """One implementation in one direction at one point, as a run's file holds it."""
+
     point: str
     regime: str
     origin: str
@@ -261,92 +255,50 @@ class Row:
     pct_of_ceiling: float | None = None
     first_call_s: float | None = None  # the checked first call: compiles and Triton JIT land here
     measure_s: float | None = None
-    session: int = 0  # index of the run (part file) in a merged file
+    session: int = 0  # index of the run (its file) in a merged file
 
-
-def _us(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1e6
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def measure_row(
-    point: Point,
-    mode: str,
-    impl: str,
-    fn,
-    inputs: tuple,
-    expected: tuple,
-    rows: list[int] | None,
-    timers,
-    repeat: int = 0,
-) -> Row:
-    """Check one implementation in one direction against the oracle, then time it both ways."""
-    x, gamma, dy = inputs
-    device = x.device.type
-    row = Row(
-        point=point.id,
-        regime=point.regime,
-        origin=point.origin,
-        split=point.split,
-        M=point.M,
-        N=point.N,
-        dtype=point.dtype,
-        mode=mode,
-        impl=impl,
-        bytes=bm.bytes_moved(mode, point.M, point.N, x.dtype, gamma.dtype),
-        repeat=repeat,
-        checked_rows=point.M if rows is None else len(rows),
-    )
-    want = expected[:1] if mode == FWD else expected
-    t0 = time.perf_counter()
-    try:
-        outputs = bm.make_call(mode, fn, x, gamma, dy.clone())()
-        _sync(device)
-        row.first_call_s = time.perf_counter() - t0
-        check = check_selected(outputs, want, rows)
-        del outputs
-    except Exception as exc:  # an implementation that raises is a failed row, not a failed run
-        row.detail = f"raised {type(exc).__name__}: {exc}"[:300]
-        return row
-    row.ok, row.detail, row.max_abs, row.max_rel = check.ok, check.detail, check.max_abs, check.max_rel
-    if not check.ok or not timers.timed:
-        return row
-    work_dy = dy.clone()  # each call's own gradient: Liger writes dx over it
-    call = bm.make_call(mode, fn, x, gamma, work_dy)
-
-    def verify(static) -> str | None:
-        c = check_selected(static if isinstance(static, tuple) else (static,), want, rows)
-        return None if c.ok else (c.detail or "outside tolerance")
-
-    try:
-        events_s, host_s = timers.whole(call)
-        work_dy.copy_(dy)
-        gpu_s, method, note = timers.gpu(call, lambda: work_dy.copy_(dy), verify)
-    except Exception as exc:  # out of memory, say: the row stays checked but untimed, the run goes on
-        row.gpu_note = f"timing raised {one_line(exc)}"[:300]
-        if device == "cuda":
-            torch.cuda.empty_cache()
-        return row
-    row.whole_us, row.host_us, row.gpu_us = _us(events_s), _us(host_s), _us(gpu_s)
-    row.gpu_method, row.gpu_note = method, note
-    row.whole_tbps, row.gpu_tbps = bm.tbps(row.bytes, events_s), bm.tbps(row.bytes, gpu_s)
-    row.measure_s = time.perf_counter() - t0
-    return row
+    @classmethod
+    def of(cls, point: Point, r: bm.Result, repeat: int = 0, measure_s: float | None = None) -> Row:
+        """The sweep's record of ``checks.benchmark.measure_row``'s result at ``point``."""
+        return cls(
+            point=point.id,
+            regime=point.regime,
+            origin=point.origin,
+            split=point.split,
+            M=point.M,
+            N=point.N,
+            dtype=point.dtype,
+            mode=r.mode,
+            impl=r.impl,
+            bytes=r.bytes,
+            repeat=repeat,
+            ok=r.ok,
+            detail=r.detail,
+            max_abs=r.max_abs,
+            max_rel=r.max_rel,
+            checked_rows=r.checked_rows,
+            whole_us=r.events_us,
+            host_us=r.host_us,
+            gpu_us=r.gpu_us,
+            gpu_method=r.gpu_method,
+            gpu_note=r.gpu_note,
+            whole_tbps=r.bandwidth_tbps,
+            gpu_tbps=r.gpu_tbps,
+            first_call_s=r.first_call_s,
+            measure_s=measure_s,
+        )
 
 
 def measure_point(
     point: Point,
     impls: Sequence[str],
     device: str,
-    timers,
+    timer: bm.Timer,
     repeat: int = 0,
     impl_factory: Callable = bm.make_impl,
     log: Callable[[str], None] = print,
 ) -> list[Row]:
+    """Every implementation of ``impls`` in both directions at ``point``, checked then timed by ``timer``."""
     inputs = make_inputs((point.M, point.N), bm.DTYPES[point.dtype], device)
     rows_checked = check_rows(point.M, point.N)
     expected = expected_outputs(*inputs, rows_checked)
@@ -356,8 +308,10 @@ def measure_point(
         if fn is None:
             log(f"  {impl}: not available here, skipped")
             continue
-        for mode in MODES:
-            row = measure_row(point, mode, impl, fn, inputs, expected, rows_checked, timers, repeat)
+        for mode in bm.MODES:
+            t0 = time.perf_counter()
+            result = bm.measure_row(mode, impl, fn, inputs, expected, timer, rows=rows_checked)
+            row = Row.of(point, result, repeat, time.perf_counter() - t0)
             results.append(row)
             status = "ok" if row.ok else f"FAILED: {row.detail}"
             times = (
@@ -375,9 +329,13 @@ def measure_point(
     return results
 
 
+# --------------------------------------------------------------------------------------------------
+# The copy ceiling a row is measured against
+# --------------------------------------------------------------------------------------------------
+
+
 def ceiling_tbps(c: dict) -> float:
-    """One copy measurement's speed: the faster of its two times, each a speed the copy reached (runs
-    before the copy's GPU time was taken without a graph measured the copy engines' memcpy node there)."""
+    """One copy measurement's speed: the faster of its two times, each a speed the copy reached."""
     return max(c.get("gpu_tbps") or 0.0, c.get("whole_tbps") or 0.0)
 
 
@@ -391,27 +349,29 @@ def best_ceilings(ceilings: Iterable[dict]) -> dict[str, float]:
 
 
 def apply_ceilings(rows: Iterable[Row], ceilings: Iterable[dict]) -> None:
-    """Each row's share of its regime's copy ceiling (``best_ceilings``)."""
+    """Each row's share of its regime's copy ceiling (``best_ceilings``), by GPU time."""
     best = best_ceilings(ceilings)
     for r in rows:
         r.ceiling_tbps = best.get(r.regime)
         r.pct_of_ceiling = 100.0 * r.gpu_tbps / r.ceiling_tbps if r.gpu_tbps and r.ceiling_tbps else None
 
 
-def protocol() -> dict:
+def protocol(whole_s: float = WHOLE_BUDGET_S, rep_ms: int = GPU_REP_MS) -> dict:
     """The protocol above in words, for the run's file."""
     return dict(
-        whole_call=f"CUDA events around back-to-back eager calls, median of {WHOLE_MIN_SAMPLES}-{WHOLE_MAX_SAMPLES} samples of "
-        f"1-{WHOLE_MAX_CALLS} calls (about {WHOLE_BUDGET_S * 1e3:.0f} ms); host time beside it",
-        gpu_time=f"CUDA graph of the call ({GRAPH_WARMUP_CALLS} warm-up calls on a side stream first), replays timed by "
-        f"triton.testing.do_bench(warmup={GPU_WARMUP_MS} ms, rep={GPU_REP_MS} ms, median, L2 flushed); fallback: "
-        f"torch.profiler kernel durations summed, median of {PROFILER_CALLS} calls, L2 flushed",
-        bytes="benchmark.bytes_moved: fwd 2*M*N*x + N*gamma; fwd+bwd 5*M*N*x + 2*N*gamma",
-        ceiling="device-to-device copy_ of each regime's bytes at the start and end of each run, as a whole call and by "
-        "do_bench; a row uses its regime's fastest",
-        check=f"ops.tolerances.compare against ops.reference.oracle (float64); above {FULL_CHECK_ELEMENTS} elements y and dx on "
-        f"{2 * CHECK_EDGE_ROWS + CHECK_SPREAD_ROWS} rows at most, dgamma always whole; the graph's replay checked again",
-        compile="torch.compile(reference, dynamic=False), torch.compiler.reset() before each point: two graphs per point",
+        whole_call=f"CUDA events around back-to-back eager calls, median of {WHOLE_MIN_SAMPLES}-{WHOLE_MAX_SAMPLES} "
+        f"samples of 1-{WHOLE_MAX_CALLS} calls (about {whole_s * 1e3:g} ms); host time beside it",
+        gpu_time=f"CUDA graph of the call ({GRAPH_WARMUP_CALLS} warm-up calls on a side stream first), replays "
+        f"timed by triton.testing.do_bench(warmup={GPU_WARMUP_MS} ms, rep={rep_ms} ms, median, L2 flushed); "
+        f"fallback: torch.profiler kernel durations summed, median of {PROFILER_CALLS} calls, L2 flushed",
+        bytes="checks.benchmark.bytes_moved: fwd 2*M*N*x + N*gamma; fwd+bwd 5*M*N*x + 2*N*gamma",
+        ceiling="device-to-device copy_ of each regime's bytes at the start and end of each run, as a whole call "
+        "and by do_bench; a row uses its regime's fastest",
+        check=f"ops.tolerances.compare against ops.reference.oracle (float64); above {FULL_CHECK_ELEMENTS} "
+        f"elements y and dx on {2 * CHECK_EDGE_ROWS + CHECK_SPREAD_ROWS} rows at most, dgamma always whole; "
+        "the graph's replay checked again",
+        compile="torch.compile(reference, dynamic=False), torch.compiler.reset() before each point: "
+        "two graphs per point",
         liger_settings=dict(bm.LIGER_SETTINGS),
         eps=EPS,
         inputs="rmsnorm_kernel.testing.make_inputs, seed 0",

@@ -1,9 +1,9 @@
-"""The sweep's runs merged into one file, and what it says: worst ratios, noise and issue 19's targets.
+"""The sweep's run files merged into one, and what it says: worst ratios, noise and the targets.
 
-``merge`` takes the files the runs of ``checks.sweep`` wrote (one per part, plus any run that finished
-a part with ``--skip-done``) and joins their rows; a point measured by two runs keeps the first run's
-rows as its measurement and counts the others as repeats. ``markdown`` writes the report beside the
-merged JSON:
+``merge`` takes the files runs of ``benchmarks.sweep`` wrote (a run interrupted and finished with
+``--skip-done``, or runs on several machines) and joins their rows; a point measured by two runs keeps
+the first run's rows as its measurement and counts the others as repeats. ``markdown`` writes the report
+beside the merged JSON:
 
 - **worst ratios**, per regime, split (fit, report) or origin (outside, small) and direction: Triton's
   speed against the fastest correct peer at the same point (the peer's time divided by Triton's, so
@@ -12,7 +12,10 @@ merged JSON:
 - **noise**: for every point measured more than once (the noise points each run repeats at its end),
   implementation and direction, the spread (max - min) / min of its times; the stated noise is the
   largest GPU-time spread;
-- **targets** (issue 19, item 3, and issue 9's host-time bound), each with its misses listed.
+- **targets** (``targets``), each with its misses listed: forward at ``TARGET_PCT`` of the copy ceiling
+  or more, and forward + backward likewise, at N in ``TARGET_N_RANGE`` (large regime); at least as fast
+  as the fastest peer at every sweep point and every shape outside it (within the noise); a host time
+  per call at most ``HOST_RATIO_LIMIT`` times ``F.rms_norm``'s; the Triton path right everywhere.
 """
 
 from __future__ import annotations
@@ -22,15 +25,20 @@ import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .sweep import FWD, FWD_BWD, MODES, definition_hash, sweep_points
-from .sweep_measure import best_ceilings
+from rmsnorm_kernel.checks.benchmark import FWD, FWD_BWD, MODES
+
+from ..common import write_json
+from .measure import best_ceilings
+from .points import definition_hash, sweep_points
 
 TARGET_PCT = {FWD: 92.0, FWD_BWD: 85.0}
 TARGET_N_RANGE = (2048, 16384)
 HOST_PEER, HOST_RATIO_LIMIT = "F.rms_norm", 1.5
+DIRECTION = {FWD: "forward", FWD_BWD: "forward + backward"}
 REGIME_ORDER = ("large", "mid", "small", "tiny")
 GROUP_ORDER = ("fit", "report", "outside", "small")
-MERGED_JSON, MERGED_MD, FIGURE = "benchmark-sweep.json", "benchmark-sweep.md", "benchmark_sweep.png"
+MERGED_JSON, MERGED_MD = "benchmark-sweep.json", "benchmark-sweep.md"
+RUN_KIND, MERGED_KIND = "benchmark-sweep-run", "benchmark-sweep"
 
 
 class MergeError(ValueError):
@@ -42,8 +50,8 @@ def load_runs(paths: Iterable[Path]) -> list[dict]:
     for path in paths:
         try:
             data = json.loads(Path(path).read_text())
-            if data.get("kind") != "benchmark-sweep-run" or not isinstance(data.get("rows"), list):
-                raise ValueError("not written by a run of benchmark-sweep")
+            if data.get("kind") != RUN_KIND or not isinstance(data.get("rows"), list):
+                raise ValueError("not written by a run of the sweep")
         except (OSError, ValueError, AttributeError) as exc:
             raise MergeError(f"sweep merge: {path} is not a sweep run's file ({type(exc).__name__}: {exc})") from None
         data["file"] = str(path)
@@ -95,7 +103,7 @@ def merge(runs: Sequence[dict]) -> dict:
         warnings.append("this code's sweep differs from the runs' (another definition): missing points are not listed")
     first = runs[0]
     return dict(
-        kind="benchmark-sweep",
+        kind=MERGED_KIND,
         shapes=shapes,
         definition=definition,
         timed=any(r.get("timed") for r in runs),
@@ -107,7 +115,6 @@ def merge(runs: Sequence[dict]) -> dict:
         runs=[
             dict(
                 file=r["file"],
-                part=r.get("part"),
                 date=r.get("date"),
                 elapsed_s=r.get("elapsed_s"),
                 complete=r.get("complete"),
@@ -141,7 +148,7 @@ def triton_ratios(rows: Iterable[dict]) -> list[dict]:
             continue
         peers = [r for r in rs if r["impl"] != "triton" and r.get("ok")]
 
-        def fastest(key: str) -> dict | None:
+        def fastest(key: str, peers=peers) -> dict | None:
             timed = [r for r in peers if r.get(key)]
             return min(timed, key=lambda r: r[key]) if timed else None
 
@@ -268,8 +275,8 @@ def _miss(rec: dict, value, why: str) -> dict:
 
 
 def targets(ratios: Sequence[dict], noise: float | None) -> list[dict]:
-    """Issue 19's targets (and issue 9's host-time bound), each with the records it covers, how many
-    meet it, and every miss. Speed against the peers counts as met within ``noise`` (a fraction)."""
+    """The targets of the module docstring, each with the records it covers, how many meet it, and every
+    miss. Speed against the peers counts as met within ``noise`` (a fraction)."""
     tol = noise or 0.0
     out = []
 
@@ -303,7 +310,8 @@ def targets(ratios: Sequence[dict], noise: float | None) -> list[dict]:
             return True if v >= limit else _miss(rec, v, f"{v:.1f}% of the copy ceiling, under {limit:.0f}%")
 
         add(
-            f"large regime, N {lo}-{hi}, every dtype: {mode} at {limit:.0f}% or more of the copy ceiling (GPU time)",
+            f"{DIRECTION[mode]} ≥ {limit:.0f}% of the copy ceiling at N {lo}-{hi} "
+            "(large regime, every dtype, GPU time)",
             recs,
             share,
         )
@@ -328,7 +336,8 @@ def targets(ratios: Sequence[dict], noise: float | None) -> list[dict]:
         vs_peer,
     )
     add(
-        "shapes outside the sweep (between its points and N > 16384): at least as fast as the fastest peer (GPU time, within the noise)",
+        "shapes outside the sweep (between its points and N > 16384): at least as fast as the fastest peer "
+        "(GPU time, within the noise)",
         [r for r in ratios if r["origin"] == "outside"],
         vs_peer,
     )
@@ -340,7 +349,7 @@ def targets(ratios: Sequence[dict], noise: float | None) -> list[dict]:
         return True if v <= HOST_RATIO_LIMIT else _miss(rec, v, f"host time {v:.2f}x F.rms_norm's")
 
     add(
-        f"host time per call at most {HOST_RATIO_LIMIT}x F.rms_norm's (whole call, issue 9)",
+        f"host time per call at most {HOST_RATIO_LIMIT}x F.rms_norm's (whole call)",
         [r for r in ratios if r.get("host_ratio") is not None],
         host,
     )
@@ -390,6 +399,27 @@ def ceiling_lines(ceilings: Iterable[dict]) -> list[str]:
     return lines
 
 
+WORST_HEAD = (
+    "regime",
+    "points",
+    "mode",
+    "n",
+    "vs fastest peer, GPU",
+    "at",
+    "vs fastest peer, whole call",
+    "at",
+    "% of ceiling, worst",
+    "at",
+    "% of ceiling, median",
+)
+NOISE_HEAD = ("mode", "series", "measurements", "GPU, median", "GPU, max", "whole call, median", "whole call, max")
+
+
+def md_table(head: Sequence[str], rows: Iterable[Sequence]) -> list[str]:
+    """A markdown table's lines."""
+    return ["| " + " | ".join(map(str, r)) + " |" for r in [head, ["---"] * len(head), *rows]]
+
+
 def markdown(merged: dict, summary: dict | None = None) -> str:
     s = summary or summarize(merged)
     out = [
@@ -402,8 +432,8 @@ def markdown(merged: dict, summary: dict | None = None) -> str:
     for run in merged["runs"]:
         el = run.get("elapsed_s")
         out.append(
-            f"- run {run['part']} ({run['date']}): {run['points']} points, {'' if el is None else f'{el:.0f} s, '}"
-            f"{'complete' if run.get('complete') else 'INCOMPLETE'} — `{Path(run['file']).name}`"
+            f"- `{Path(run['file']).name}` ({run['date']}): {run['points']} points, "
+            f"{'' if el is None else f'{el:.0f} s, '}{'complete' if run.get('complete') else 'INCOMPLETE'}"
         )
     out += [f"- warning: {w}" for w in merged.get("warnings", [])]
     if not merged.get("timed"):
@@ -415,34 +445,54 @@ def markdown(merged: dict, summary: dict | None = None) -> str:
         "",
         "## Worst ratios",
         "",
-        "Speed against the fastest correct peer at the same point: the peer's time divided by Triton's (below 1: Triton "
-        "slower). GPU: CUDA-graph replays; whole call: eager calls with their host work. Share of the ceiling: GPU time.",
+        "Speed against the fastest correct peer at the same point: the peer's time divided by Triton's "
+        "(below 1: Triton slower). GPU: CUDA-graph replays; whole call: eager calls with their host work. "
+        "Share of the ceiling: GPU time.",
         "",
-        "| regime | points | mode | n | vs fastest peer, GPU | at | vs fastest peer, whole call | at | % of ceiling, worst | at | % of ceiling, median |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for e in s["worst"]:
-        out.append(
-            f"| {e['regime']} | {e['group']} | {e['mode']} | {e['points']} | {_r(e['worst_vs_peer_gpu'])} | {e['worst_vs_peer_gpu_at'] or '–'} "
-            f"| {_r(e['worst_vs_peer_whole'])} | {e['worst_vs_peer_whole_at'] or '–'} | {_pct(e['worst_pct'])} | {e['worst_pct_at'] or '–'} "
-            f"| {_pct(e['median_pct'])} |"
-        )
+    out += md_table(
+        WORST_HEAD,
+        [
+            (
+                e["regime"],
+                e["group"],
+                e["mode"],
+                e["points"],
+                _r(e["worst_vs_peer_gpu"]),
+                e["worst_vs_peer_gpu_at"] or "–",
+                _r(e["worst_vs_peer_whole"]),
+                e["worst_vs_peer_whole_at"] or "–",
+                _pct(e["worst_pct"]),
+                e["worst_pct_at"] or "–",
+                _pct(e["median_pct"]),
+            )
+            for e in s["worst"]
+        ],
+    )
     n = s["noise"]
     out += [
         "",
         "## Noise",
         "",
-        "Points measured more than once (each run repeats the noise points at its end): spread (max - min) / min of the times "
-        "of one implementation and direction.",
+        "Points measured more than once (each run repeats the noise points at its end): "
+        "spread (max - min) / min of the times of one implementation and direction.",
         "",
-        "| mode | series | measurements | GPU, median | GPU, max | whole call, median | whole call, max |",
-        "|---|---|---|---|---|---|---|",
     ]
-    for mode, b in n["by_mode"].items():
-        out.append(
-            f"| {mode} | {b['series']} | {b['measurements']} | {_frac(b['gpu_median'])} | {_frac(b['gpu_max'])} "
-            f"| {_frac(b['whole_median'])} | {_frac(b['whole_max'])} |"
-        )
+    out += md_table(
+        NOISE_HEAD,
+        [
+            (
+                mode,
+                b["series"],
+                b["measurements"],
+                _frac(b["gpu_median"]),
+                _frac(b["gpu_max"]),
+                _frac(b["whole_median"]),
+                _frac(b["whole_max"]),
+            )
+            for mode, b in n["by_mode"].items()
+        ],
+    )
     out += [
         "",
         f"Stated noise (largest GPU-time spread): {_frac(n['stated_gpu'])}; whole call: {_frac(n['stated_whole'])}.",
@@ -478,39 +528,15 @@ def markdown(merged: dict, summary: dict | None = None) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# The command
+# The merged files
 
 
-def write_merged(merged: dict, outputs: Path) -> tuple[Path, Path, dict]:
-    from . import figures
-
-    outputs = Path(outputs)
-    outputs.mkdir(parents=True, exist_ok=True)
+def write_merged(merged: dict, outputs: Path) -> tuple[Path, Path]:
+    """``benchmark-sweep.json`` (the merged rows with their summary) and ``benchmark-sweep.md`` in ``outputs``."""
     s = summarize(merged)
-    data = dict(merged, noise=s["noise"], worst=s["worst"], targets=s["targets"])
-    json_path = outputs / MERGED_JSON
-    json_path.write_text(json.dumps(data, indent=1, allow_nan=False))
-    md_path = outputs / MERGED_MD
+    json_path = write_json(
+        Path(outputs) / MERGED_JSON, dict(merged, noise=s["noise"], worst=s["worst"], targets=s["targets"])
+    )
+    md_path = Path(outputs) / MERGED_MD
     md_path.write_text(markdown(merged, s))
-    (outputs / "figures").mkdir(exist_ok=True)
-    fig = figures.sweep_figure(json_path, outputs / "figures" / FIGURE)
-    return json_path, md_path, dict(name=fig.name, status=fig.status, detail=fig.detail, path=fig.path)
-
-
-def merge_command(paths: Sequence[Path], outputs: Path) -> int:
-    import sys
-
-    paths = list(paths) or sorted(Path(outputs).glob("benchmark-sweep.part*.json"))
-    if not paths:
-        print(f"sweep merge: no run files given and none in {outputs} (benchmark-sweep.part*.json)", file=sys.stderr)
-        return 2
-    try:
-        merged = merge(load_runs(paths))
-    except MergeError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    json_path, md_path, fig = write_merged(merged, outputs)
-    print(md_path.read_text())
-    print(f"wrote {json_path}, {md_path}; figure {fig['name']}: {fig['status']} ({fig['detail']})")
-    wrong = [r for r in merged["rows"] if r["impl"] == "triton" and not r.get("ok")]
-    return 1 if wrong else 0
+    return json_path, md_path

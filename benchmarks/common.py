@@ -1,0 +1,37 @@
+"""What several measurements of ``benchmarks`` share: writing their JSON files."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import torch
+
+
+def plain(obj):
+    """``obj`` as JSON values: dataclasses as dicts, tuples as lists, dtypes and paths as text, and NaN or
+    infinite numbers as None (JSON has no such numbers)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return plain(dataclasses.asdict(obj))
+    if isinstance(obj, dict):
+        return {str(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, (torch.dtype, Path)):
+        return str(obj)
+    return obj
+
+
+def write_json(path: Path, data) -> Path:
+    """``data`` (see ``plain``) as JSON at ``path``, written whole or not at all: to ``<path>.tmp``, then
+    renamed over ``path``, so that a reader or an interrupted run never meets half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(plain(data), indent=1, allow_nan=False) + "\n")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,387 @@
+"""The sweep as a command: measure the points, write the run's file after every point, merge the files.
+
+    python -m benchmarks.sweep [--shapes sweep|tiny] [--impls triton,compile,...] [--outputs DIR]
+                               [--skip-done FILE...] [--no-noise] [--whole-ms MS] [--rep-ms MS]
+                               [--plan] [--require-gpu]
+    python -m benchmarks.sweep --merge [FILE...] [--outputs DIR]
+
+A run measures every point of ``points.sweep_points`` (``--plan`` lists them and measures nothing) with
+every implementation of ``checks.benchmark.IMPLS`` that is available, in both directions
+(``measure.measure_point``), then the noise points again (``--no-noise``: not), and the copy ceiling of
+each regime at its start and at its end. It writes ``<outputs>/benchmark-sweep.run.json`` after every
+point (an earlier file of that name is kept as ``.json.prev<n>``), so that a run cut short leaves all it
+measured; ``--skip-done FILE...`` measures only the points those files lack, into
+``benchmark-sweep.run.after<n>.json`` (n: the points skipped). At its end a run merges its file (and the
+``--skip-done`` files) into ``benchmark-sweep.json``, ``benchmark-sweep.md`` and
+``figures/benchmark_sweep.png``; ``--merge FILE...`` does only that, for files from several runs or
+machines (default: every ``benchmark-sweep.run*.json`` in ``--outputs``), and needs no GPU.
+
+torch.compile is the slow part: one compile per point and direction (an inference graph, then a
+training graph), compiled per shape with ``dynamic=False`` as a user gets it; ``--impls`` without
+``compile`` leaves it out.
+
+Without a CUDA GPU nothing is timed: ``--shapes tiny`` runs four tiny points through Triton's
+interpreter, checked against the oracle, with the same files and merge; any other sweep, or
+``--require-gpu``, is refused in one line (exit 2).
+
+Ctrl+C or SIGTERM stops the run after the point in progress: its file keeps every point measured, one
+line says how to run the rest, and the exit status is 130 or 143.
+
+Exit status: 0 when every point was measured and the Triton path was right at each; 1 when a Triton
+result was wrong, or a correct row got no time on a GPU (its timing raised; the row's ``gpu_note`` says
+how); 2 for a usage mistake (every argument and file is checked before any work) or no GPU. A wrong peer
+is a finding in its row, not a failure of the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import platform
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import torch
+import triton
+
+from rmsnorm_kernel.checks import benchmark as bm
+from rmsnorm_kernel.checks.report import OneLineParser, at_least, outputs_problem
+from rmsnorm_kernel.ops.backend import CUDA, backend
+
+from ..common import write_json
+from . import figures, report
+from .measure import GPU_REP_MS, WHOLE_BUDGET_S, CudaTimers, Row, apply_ceilings, measure_ceiling, measure_point
+from .measure import protocol as measure_protocol
+from .points import REGIME_BYTES, SHAPES, Point, definition_hash, noise_points, sweep_points
+
+MiB = 1 << 20
+RUN_STEM = "benchmark-sweep.run"
+
+
+class UsageError(ValueError):
+    """An argument or a file the command cannot use: one line, exit status 2."""
+
+
+# --------------------------------------------------------------------------------------------------
+# The run's file
+# --------------------------------------------------------------------------------------------------
+
+
+def run_path(outputs: Path, skipped: int = 0) -> Path:
+    return Path(outputs) / f"{RUN_STEM}{f'.after{skipped}' if skipped else ''}.json"
+
+
+def read_done(paths: Iterable[Path], shapes: str, definition: str) -> tuple[list[dict], set[str]]:
+    """The run files of ``--skip-done`` and the point ids they measured (repeat 0); UsageError for a file
+    that is not a run's file of this sweep."""
+    try:
+        runs = report.load_runs(paths)
+    except report.MergeError as exc:
+        raise UsageError(f"--skip-done: {exc}") from None
+    for run in runs:
+        if (run.get("shapes"), run.get("definition")) != (shapes, definition):
+            raise UsageError(
+                f"--skip-done: {run['file']} is a run of another sweep ({run.get('shapes')} {run.get('definition')}); "
+                f"accepted: runs of --shapes {shapes} ({definition})"
+            )
+    return runs, {r["point"] for run in runs for r in run["rows"] if r.get("repeat", 0) == 0}
+
+
+def session_report(meta: dict, rows: list[Row], ceilings: list[dict], remaining: list[Point], elapsed_s: float) -> dict:
+    return dict(
+        kind=report.RUN_KIND,
+        **meta,
+        elapsed_s=elapsed_s,
+        complete=not remaining,
+        remaining=[p.id for p in remaining],
+        ceilings=ceilings,
+        rows=rows,
+    )
+
+
+def keep_previous(path: Path) -> Path | None:
+    """An earlier run's file at ``path`` renamed to ``<path>.prev<n>`` (the first n free), so that running
+    again never loses a measurement; ``--merge`` reads ``*.json`` files only, so it skips these."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    n = 1
+    while path.with_name(f"{path.name}.prev{n}").exists():
+        n += 1
+    kept = path.with_name(f"{path.name}.prev{n}")
+    path.rename(kept)
+    return kept
+
+
+# --------------------------------------------------------------------------------------------------
+# Running the points
+# --------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def stop_on_signal():
+    """While the sweep runs, SIGINT (Ctrl+C) and SIGTERM ask it to stop after the point in progress rather
+    than interrupting whatever runs (an import, a compile, a timing), which would turn into a wrong row.
+    Yields a callable giving the signal's name once one arrived (None before). A second signal acts as
+    it would without this (only in the main thread, where Python runs signal handlers)."""
+    received: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def handler(signum, frame):
+        received.append(signal.Signals(signum).name)
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+    for s in previous:
+        signal.signal(s, handler)
+    try:
+        yield lambda: received[0] if received else None
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def run_points(
+    todo: Sequence[Point],
+    repeats: Sequence[Point],
+    impls: Sequence[str],
+    device: str,
+    timer: bm.Timer,
+    write: Callable[[list[Row], list[dict], list[Point], float], object],
+    regimes_ceiling: dict[str, int] | None = None,
+    impl_factory: Callable = bm.make_impl,
+    log: Callable[[str], None] = print,
+    stop: Callable[[], str | None] = lambda: None,
+) -> tuple[list[Row], list[dict], list[Point]]:
+    """Measure ``todo`` then ``repeats`` (noise repeats, repeat=1) until done or ``stop()`` names a
+    signal; ``write`` is called after every point and at the end. The copy ceiling of each regime of
+    ``regimes_ceiling`` is measured (with ``timer``, a ``CudaTimers``) at the start and, unless stopped,
+    at the end. Returns (rows, ceilings, points of ``todo`` left undone)."""
+    t0 = time.perf_counter()
+    rows: list[Row] = []
+    ceilings: list[dict] = []
+    regimes_ceiling = regimes_ceiling or {}
+    for regime, nbytes in regimes_ceiling.items():
+        c = measure_ceiling(regime, nbytes, timer, "start")
+        ceilings.append(c)
+        log(
+            f"copy ceiling, {regime} ({nbytes / MiB:.0f} MiB): GPU {c['gpu_tbps']:.2f} TB/s ({c['gpu_method']}), "
+            f"whole call {c['whole_tbps']:.2f} TB/s"
+        )
+    queue = [(p, 0) for p in todo] + [(p, 1) for p in repeats]
+    remaining = list(todo)
+    for i, (point, repeat) in enumerate(queue):
+        if stop():
+            log(f"{stop()}: stopping before {point.id}; {len(remaining)} point(s) left")
+            break
+        what = "noise repeat" if repeat else f"point {i + 1}/{len(todo)}"
+        log(f"{what}: {point.id} ({point.split}, {point.origin})")
+        point_t0 = time.perf_counter()
+        rows += measure_point(point, impls, device, timer, repeat, impl_factory, log)
+        log(f"  done in {time.perf_counter() - point_t0:.1f} s ({time.perf_counter() - t0:.0f} s so far)")
+        if not repeat:
+            remaining.remove(point)
+        apply_ceilings(rows, ceilings)
+        write(rows, ceilings, remaining, time.perf_counter() - t0)
+    for regime, nbytes in regimes_ceiling.items() if not stop() else ():
+        ceilings.append(measure_ceiling(regime, nbytes, timer, "end"))
+    apply_ceilings(rows, ceilings)
+    write(rows, ceilings, remaining, time.perf_counter() - t0)
+    return rows, ceilings, remaining
+
+
+# --------------------------------------------------------------------------------------------------
+# Merging
+# --------------------------------------------------------------------------------------------------
+
+
+def merge_files(paths: Sequence[Path], outputs: Path) -> int:
+    """Merge run files into ``benchmark-sweep.json``, ``.md`` and the figure; print the report. Exit
+    status: 1 when a Triton row is wrong, 0 otherwise (MergeError: files that cannot be merged)."""
+    merged = report.merge(report.load_runs(paths))
+    json_path, md_path = report.write_merged(merged, outputs)
+    (Path(outputs) / "figures").mkdir(exist_ok=True)
+    fig = figures.sweep_figure(json_path, Path(outputs) / "figures" / figures.FIGURE)
+    print(md_path.read_text())
+    print(f"wrote {json_path}, {md_path}; figure {fig.name}: {fig.status} ({fig.detail})")
+    wrong = [r for r in merged["rows"] if r["impl"] == "triton" and not r.get("ok")]
+    return 1 if wrong else 0
+
+
+# --------------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(
+        prog="python -m benchmarks.sweep",
+        description="The Triton RMSNorm and its peers over hidden sizes, in two regimes, checked against the "
+        "oracle and timed two ways (whole call, CUDA-graph replays).",
+    )
+    parser.add_argument(
+        "--shapes",
+        choices=SHAPES,
+        default="sweep",
+        help="sweep: every point (default, needs a CUDA GPU); tiny: four tiny points, correctness only without a GPU",
+    )
+    parser.add_argument(
+        "--impls",
+        type=bm.parse_impls,
+        default=",".join(bm.IMPLS),
+        help=f"comma-separated subset of {','.join(bm.IMPLS)} (default: all)",
+    )
+    parser.add_argument(
+        "--outputs", type=Path, default=Path("outputs"), help="directory for the run's and the merged files"
+    )
+    parser.add_argument(
+        "--skip-done",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="run files of earlier runs: the points they measured are not measured again (and are merged)",
+    )
+    parser.add_argument("--no-noise", action="store_true", help="skip the noise repeats at the end of the run")
+    parser.add_argument(
+        "--whole-ms",
+        type=at_least(0.001, float),
+        default=WHOLE_BUDGET_S * 1e3,
+        help=f"time spent on the whole-call samples of one row (default {WHOLE_BUDGET_S * 1e3:g})",
+    )
+    parser.add_argument(
+        "--rep-ms", type=at_least(1), default=GPU_REP_MS, help=f"do_bench's rep for the GPU time (default {GPU_REP_MS})"
+    )
+    parser.add_argument("--plan", action="store_true", help="print the points this run would measure; measure nothing")
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="*",
+        default=None,
+        metavar="FILE",
+        help="merge run files (default: every benchmark-sweep.run*.json in --outputs) into benchmark-sweep.json, "
+        "benchmark-sweep.md and figures/benchmark_sweep.png; needs no GPU",
+    )
+    parser.add_argument("--require-gpu", action="store_true", help="without a CUDA GPU exit 2 even for --shapes tiny")
+    return parser
+
+
+def print_plan(points: list[Point], todo: list[Point], repeats: list[Point], impls: list[str]) -> None:
+    splits = {s: sum(p.split == s for p in points) for s in ("fit", "report")}
+    compiles = 2 * (len(todo) + len(repeats)) if "compile" in impls else 0
+    print(
+        f"sweep: {len(points)} points ({splits['fit']} fit, {splits['report']} report), "
+        f"{len(points) - len(todo)} already done; this run: {len(todo)} point(s) + {len(repeats)} noise repeat(s), "
+        f"impls {','.join(impls)}, {compiles} torch.compile graphs"
+    )
+    for pt in todo:
+        print(f"  {pt.id:26s} {pt.split:6s} {pt.origin:7s} {pt.x_bytes / MiB:8.1f} MiB")
+    for pt in repeats:
+        print(f"  {pt.id:26s} noise repeat")
+
+
+def _usage(message: str) -> int:
+    print(f"sweep: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args) -> int:
+    """The command on parsed arguments; every argument and file is checked before any work."""
+    problem = None if args.plan else outputs_problem(args.outputs)
+    if problem is not None:
+        return _usage(problem)
+    if args.merge is not None:
+        paths = list(args.merge) or sorted(Path(args.outputs).glob(f"{RUN_STEM}*.json"))
+        if not paths:
+            return _usage(f"--merge: no run files given and none in {args.outputs} ({RUN_STEM}*.json)")
+        try:
+            return merge_files(paths, args.outputs)
+        except report.MergeError as exc:
+            return _usage(f"--merge: {exc}")
+    impls = list(args.impls)
+    points = sweep_points(args.shapes)
+    definition = definition_hash(points)
+    try:
+        earlier, done = read_done(args.skip_done, args.shapes, definition)
+    except UsageError as exc:
+        return _usage(str(exc))
+    todo = [pt for pt in points if pt.id not in done]
+    repeats = [] if args.no_noise else noise_points(points, args.shapes)
+    if args.plan:  # what a GPU run would do; nothing runs, on any machine
+        print_plan(points, todo, repeats, impls)
+        return 0
+    cuda = backend() == CUDA
+    if not cuda and (args.shapes != "tiny" or args.require_gpu):
+        return _usage(
+            "no CUDA GPU here, so nothing can be timed; without one only --shapes tiny runs (correctness only)"
+            + ("" if args.shapes == "tiny" else f", not --shapes {args.shapes}")
+        )
+    if not cuda:
+        impls = [i for i in impls if i not in ("compile", "liger")]
+        print("sweep: no CUDA GPU: correctness only, through Triton's interpreter; nothing is timed.", file=sys.stderr)
+    print_plan(points, todo, repeats, impls)
+    device = "cuda" if cuda else "cpu"
+    device_name = torch.cuda.get_device_name() if cuda else (platform.processor() or "cpu")
+    timer = CudaTimers(args.whole_ms / 1e3, args.rep_ms) if cuda else bm.no_timer
+    meta = dict(
+        shapes=args.shapes,
+        definition=definition,
+        points=len(points),
+        skipped_done=len(points) - len(todo),
+        impls=impls,
+        timed=cuda,
+        device=device_name,
+        backend=backend(),
+        torch=torch.__version__,
+        triton=triton.__version__,
+        liger_kernel=bm.liger_version(),
+        python=platform.python_version(),
+        date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        protocol=measure_protocol(args.whole_ms / 1e3, args.rep_ms),
+        noise_points=[pt.id for pt in repeats],
+    )
+    path = run_path(args.outputs, meta["skipped_done"])
+    kept = keep_previous(path)
+    if kept is not None:
+        print(f"sweep: {path} held an earlier run; kept as {kept}")
+    print(f"{device_name}: torch {meta['torch']}, triton {meta['triton']}, liger-kernel {meta['liger_kernel']}")
+    print(f"writing {path} after every point")
+    regimes = sorted({pt.regime for pt in [*todo, *repeats]} & set(REGIME_BYTES)) if cuda else []
+    with stop_on_signal() as stop:
+        rows, _, remaining = run_points(
+            todo,
+            repeats,
+            impls,
+            device,
+            timer,
+            write=lambda r, c, rem, el: write_json(path, session_report(meta, r, c, rem, el)),
+            regimes_ceiling={r: REGIME_BYTES[r] for r in regimes},
+            stop=stop,
+        )
+    print(f"\nwrote {path}")
+    if stop():
+        print(
+            f"sweep: stopped by {stop()}; {path} holds every point measured before it; "
+            f"run the {len(remaining)} point(s) left with: --skip-done {' '.join(map(str, [*args.skip_done, path]))}",
+            file=sys.stderr,
+        )
+        return 128 + getattr(signal, stop()).value
+    wrong = [r for r in rows if r.impl == "triton" and not r.ok]
+    for r in wrong:
+        print(f"Triton FAILED at {r.point} {r.mode}: {r.detail}")
+    untimed = [r for r in rows if cuda and r.ok and r.gpu_us is None]  # a timing that raised: the row says why
+    for r in untimed:
+        print(f"no timing at {r.point} {r.mode} {r.impl}: {r.gpu_note}")
+    merge_files([*(run["file"] for run in earlier), path], args.outputs)
+    return 1 if wrong or untimed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser().parse_args(None if argv is None else [str(a) for a in argv]))

@@ -1,0 +1,110 @@
+"""The sweep's points: hidden sizes, dtypes, regimes, the shapes outside it, the split and the hash."""
+
+import pytest
+import torch
+
+from benchmarks.sweep import points as sp
+from rmsnorm_kernel.checks import benchmark as bm
+
+MiB = 1 << 20
+#: float16 and float32 points, written out: every fourth N of the sorted sweep from the fourth on.
+OTHER_DTYPE_NS = {2048, 4096, 5632, 7680, 9728, 11264, 13312, 15360}
+
+
+def test_hidden_sizes_are_every_multiple_of_512_from_1024_to_16384_and_three_more():
+    ns = sp.sweep_ns()
+    assert len(ns) == 34 and ns == sorted(ns)
+    assert [n for n in ns if n % 512 == 0] == list(range(1024, 16385, 512))  # 31 multiples
+    assert [n for n in ns if n % 512] == [1000, 4097, 10000]
+
+
+def test_bfloat16_everywhere_and_the_other_dtypes_at_every_fourth_point():
+    points = sp.sweep_points()
+    for regime in ("large", "mid"):
+        of = lambda dt, regime=regime: [  # noqa: E731
+            p.N for p in points if p.regime == regime and p.origin == "sweep" and p.dtype == dt
+        ]
+        assert of("bfloat16") == sp.sweep_ns()
+        assert set(of("float16")) == set(of("float32")) == OTHER_DTYPE_NS
+        assert len(of("float16")) == len(of("float32")) == 8
+    # both splits have points in every dtype
+    others = [p for p in points if p.origin == "sweep" and p.dtype != "bfloat16"]
+    assert {p.N for p in others if p.split == "fit"} == {2048, 4096, 11264, 13312, 15360}
+    assert {p.N for p in others if p.split == "report"} == {5632, 7680, 9728}
+
+
+def test_each_regime_holds_its_bytes_in_x():
+    points = sp.sweep_points()
+    for p in points:
+        if p.regime in sp.REGIME_BYTES:
+            row_bytes = p.N * sp.itemsize(p.dtype)
+            assert abs(p.x_bytes - sp.REGIME_BYTES[p.regime]) <= row_bytes / 2, p.id
+    by_id = {p.id: p for p in points}
+    # written out: 512 MiB / (4096 * 2) = 65536 rows; 32 MiB / (1000 * 2) = 16777.216; 512 MiB / (24576 * 4) = 5461.33
+    assert {
+        "large:bfloat16:65536x4096",
+        "mid:bfloat16:16777x1000",
+        "large:float32:5461x24576",
+        "mid:float32:2048x4096",
+        "large:bfloat16:4096x65536",
+    } <= set(by_id)
+    assert sp.REGIME_BYTES == {"large": 512 * MiB, "mid": 32 * MiB}
+
+
+def test_point_counts_outside_shapes_and_small_shapes():
+    points = sp.sweep_points()
+    assert len(points) == len({p.id for p in points}) == 109
+    count = lambda **kw: sum(all(getattr(p, k) == v for k, v in kw.items()) for p in points)  # noqa: E731
+    assert count(regime="large", origin="sweep") == count(regime="mid", origin="sweep") == 34 + 8 + 8
+    outside = [(p.N, p.dtype, p.regime) for p in points if p.origin == "outside"]
+    assert outside == [
+        (3000, "bfloat16", "large"),
+        (6244, "bfloat16", "large"),
+        (12295, "bfloat16", "large"),
+        (24576, "bfloat16", "large"),
+        (32768, "bfloat16", "large"),
+        (65536, "bfloat16", "large"),
+        (24576, "float32", "large"),
+    ]
+    assert all(p.N not in sp.sweep_ns() or p.N > 16384 for p in points if p.origin == "outside")
+    # the benchmark's small shapes stay; 4096x4096 float16 is the mid regime's own point
+    assert [p.id for p in points if p.origin == "small"] == ["small:float32:128x257", "small:float32:32x257"]
+    assert "mid:float16:4096x4096" in {p.id for p in points}
+
+
+def test_fit_split_is_the_even_multiples_of_512_within_the_sweep():
+    points = sp.sweep_points()
+    fit = [p for p in points if p.split == "fit"]
+    assert all(p.origin == "sweep" and p.N % 1024 == 0 for p in fit)
+    assert len(fit) == 2 * (16 + 5 + 5)  # per regime: bfloat16 at 1024..16384 step 1024, and 5 N of each other dtype
+    assert sp.Point("large", "sweep", 1, 1536, "bfloat16").split == "report"  # an odd multiple
+    assert sp.Point("large", "sweep", 1, 4097, "bfloat16").split == "report"
+    assert sp.Point("large", "outside", 1, 32768, "bfloat16").split == "report"  # even, but outside the sweep
+    assert sum(p.split == "report" for p in points) == 109 - 52
+
+
+def test_noise_points_are_sweep_points():
+    points = sp.sweep_points()
+    noise = sp.noise_points(points)
+    assert [p.id for p in noise] == [
+        "large:bfloat16:65536x4096",
+        "large:bfloat16:26844x10000",
+        "mid:bfloat16:4096x4096",
+        "mid:bfloat16:16777x1000",
+    ]
+    assert sp.noise_points(sp.sweep_points("tiny"), "tiny") == sp.sweep_points("tiny")[:1]
+
+
+def test_definition_hash_names_the_list_of_points():
+    assert sp.definition_hash(sp.sweep_points()) == sp.definition_hash(sp.sweep_points())
+    assert sp.definition_hash(sp.sweep_points()) != sp.definition_hash(sp.sweep_points()[:-1])
+    with pytest.raises(ValueError, match="shapes is 'huge'"):
+        sp.sweep_points("huge")
+
+
+def test_the_byte_model_of_a_sweep_point():
+    p = sp.Point("large", "sweep", 65536, 4096, "bfloat16")
+    # forward: read x, write y (2 * 65536 * 4096 bf16) + read gamma (4096 bf16)
+    assert bm.bytes_moved(bm.FWD, p.M, p.N, torch.bfloat16) == 1_073_741_824 + 8_192
+    # forward + backward: x, y; x, dy, dx (5 * 65536 * 4096 bf16) + gamma, dgamma
+    assert bm.bytes_moved(bm.FWD_BWD, p.M, p.N, torch.bfloat16) == 2_684_354_560 + 16_384

@@ -1,0 +1,302 @@
+"""The sweep's command: its plan, its run files, --skip-done, --merge, usage mistakes, signals, exit status.
+
+The runs here use ``--shapes tiny`` through Triton's interpreter, which is what the command does without
+a GPU, or fake measurements; nothing is timed.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from benchmarks.common import write_json
+from benchmarks.sweep import figures as sf
+from benchmarks.sweep import measure as sm
+from benchmarks.sweep import report as sr
+from benchmarks.sweep import run as sweep
+from benchmarks.sweep.points import sweep_points
+from rmsnorm_kernel.checks import benchmark as bm
+from rmsnorm_kernel.checks import clean
+from rmsnorm_kernel.ops.backend import CUDA, backend
+from tests.helpers import DEVICE, ROOT
+
+from .helpers import sweep_run, tiny_rows
+
+no_gpu_only = pytest.mark.skipif(backend() == CUDA, reason="what the command does without a GPU")
+TINY_IDS = [p.id for p in sweep_points("tiny")]
+
+
+def run_main(capsys, *argv) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of the command run in this process; argparse's exits included."""
+    try:
+        rc = sweep.main([str(a) for a in argv])
+    except SystemExit as exc:
+        rc = exc.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+# --------------------------------------------------------------------------------------------------
+# The plan and the runs
+
+
+def test_plan_lists_the_points_and_the_compiles_on_any_machine(capsys):
+    rc, out, _ = run_main(capsys, "--plan")
+    assert rc == 0
+    assert "109 points (52 fit, 57 report), 0 already done" in out
+    assert "this run: 109 point(s) + 4 noise repeat(s)" in out and "226 torch.compile graphs" in out
+    assert out.count(" noise repeat\n") == 4 and "  large:bfloat16:65536x4096  fit    sweep      512.0 MiB\n" in out
+    rc, out, _ = run_main(capsys, "--plan", "--no-noise", "--impls", "triton,F.rms_norm")
+    assert rc == 0 and "+ 0 noise repeat(s), impls triton,F.rms_norm, 0 torch.compile graphs" in out
+
+
+@no_gpu_only
+def test_without_a_gpu_only_the_tiny_sweep_runs(tmp_path, capsys):
+    rc, _, err = run_main(capsys, "--outputs", tmp_path)
+    assert rc == 2 and err.strip().splitlines() == [
+        "sweep: no CUDA GPU here, so nothing can be timed; without one only --shapes tiny runs "
+        "(correctness only), not --shapes sweep"
+    ]
+    assert list(tmp_path.iterdir()) == []
+    rc, _, err = run_main(capsys, "--shapes", "tiny", "--require-gpu", "--outputs", tmp_path)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []
+
+
+@no_gpu_only
+def test_a_tiny_sweep_writes_its_run_file_and_merges_it(tmp_path, capsys):
+    rc, out, err = run_main(capsys, "--shapes", "tiny", "--outputs", tmp_path)
+    assert rc == 0, out + err
+    assert "correctness only" in err and "## Worst ratios" in out
+    run = json.loads((tmp_path / "benchmark-sweep.run.json").read_text())
+    assert run["kind"] == sr.RUN_KIND and run["complete"] and run["timed"] is False and run["ceilings"] == []
+    assert run["impls"] == ["triton", "reference", "F.rms_norm"] and run["skipped_done"] == 0
+    merged = json.loads((tmp_path / sr.MERGED_JSON).read_text())
+    assert merged["missing"] == [] and len(merged["runs"]) == 1
+    assert {r["impl"] for r in merged["rows"]} == {"triton", "reference", "F.rms_norm"}
+    assert all(r["ok"] for r in merged["rows"])
+    assert sum(r["repeat"] == 0 for r in merged["rows"]) == 4 * 3 * 2  # four points, three impls, two directions
+    assert sum(r["repeat"] == 1 for r in merged["rows"]) == 1 * 3 * 2  # the noise point, measured again
+    assert (tmp_path / sr.MERGED_MD).read_text().startswith("# Benchmark sweep")
+    assert not (tmp_path / "figures" / sf.FIGURE).exists()  # no timings: no figure
+    # --merge alone, no GPU needed: every run file of --outputs by default, the same merged rows
+    (tmp_path / sr.MERGED_JSON).unlink()
+    rc, out, _ = run_main(capsys, "--merge", "--outputs", tmp_path)
+    assert rc == 0 and json.loads((tmp_path / sr.MERGED_JSON).read_text())["rows"] == merged["rows"]
+
+
+@no_gpu_only
+def test_skip_done_runs_only_what_an_earlier_run_left_and_merges_both(tmp_path, capsys):
+    earlier = tmp_path / "earlier.json"
+    rows = tiny_rows(TINY_IDS[0]) + tiny_rows(TINY_IDS[1]) + tiny_rows(TINY_IDS[2], repeat=1)
+    earlier.write_text(json.dumps(sweep_run(rows, shapes="tiny")))
+    rc, out, _ = run_main(
+        capsys, "--shapes", "tiny", "--skip-done", earlier, "--no-noise", "--impls", "triton", "--outputs", tmp_path
+    )
+    assert rc == 0, out
+    data = json.loads((tmp_path / "benchmark-sweep.run.after2.json").read_text())
+    assert data["skipped_done"] == 2 and sorted({r["point"] for r in data["rows"]}) == sorted(TINY_IDS[2:])
+    merged = json.loads((tmp_path / sr.MERGED_JSON).read_text())
+    assert [r["file"] for r in merged["runs"]] == [str(earlier), str(tmp_path / "benchmark-sweep.run.after2.json")]
+    assert merged["missing"] == []
+
+
+def _fake_points(monkeypatch, ok=True, timed=True):
+    """The command as on a GPU, with every measurement faked: rows of the asked ok-ness and timing."""
+    monkeypatch.setattr(sweep, "backend", lambda: CUDA)
+    monkeypatch.setattr(sweep.torch.cuda, "get_device_name", lambda: "fake GPU")
+    monkeypatch.setattr(sweep, "CudaTimers", lambda *a: None)
+    monkeypatch.setattr(
+        sweep,
+        "measure_ceiling",
+        lambda regime, nbytes, timer, when: dict(
+            regime=regime, when=when, bytes=2 * nbytes, gpu_tbps=4.0, whole_tbps=3.9, gpu_method="do_bench"
+        ),
+    )
+
+    def measure_point(point, impls, device, timer, repeat, impl_factory, log):
+        rows = []
+        for impl in impls:
+            for mode in bm.MODES:
+                r = bm.Result("", 1, 1, "", mode, impl, ok or impl != "triton", "", 0.0, 0.0, 8)
+                r.events_us = r.gpu_us = r.host_us = 10.0 if timed else None
+                rows.append(sm.Row.of(point, r, repeat))
+        return rows
+
+    monkeypatch.setattr(sweep, "measure_point", measure_point)
+
+
+@pytest.mark.parametrize(
+    "ok, timed, status, says",
+    [(True, True, 0, None), (False, True, 1, "Triton FAILED at"), (True, False, 1, "no timing at")],
+    ids=["right", "wrong", "untimed"],
+)
+def test_exit_status_of_a_run_on_a_gpu(tmp_path, capsys, monkeypatch, ok, timed, status, says):
+    _fake_points(monkeypatch, ok, timed)
+    rc, out, _ = run_main(capsys, "--impls", "triton,F.rms_norm", "--no-noise", "--outputs", tmp_path)
+    assert rc == status
+    assert says is None or says in out
+    run = json.loads((tmp_path / "benchmark-sweep.run.json").read_text())
+    assert len(run["rows"]) == 109 * 2 * 2 and run["timed"] and run["device"] == "fake GPU"
+    assert {(c["regime"], c["when"]) for c in run["ceilings"]} == {
+        (regime, when) for regime in ("large", "mid") for when in ("start", "end")
+    }  # the small points are no regime of their own
+
+
+# --------------------------------------------------------------------------------------------------
+# Usage mistakes: one line, exit 2, nothing written
+
+
+def _bad_files(tmp_path):
+    (tmp_path / "not-a-run.json").write_text(json.dumps({"kind": "benchmark", "results": []}))
+    (tmp_path / "tiny-run.json").write_text(json.dumps(sweep_run(tiny_rows(TINY_IDS[0]), shapes="tiny")))
+    (tmp_path / "a-file").write_text("")
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--impls", ","], "',' names no implementation"),
+        (["--impls", "triton,cuda"], "unknown cuda"),
+        (["--whole-ms", "-1"], "argument --whole-ms: -1 is too small"),
+        (["--rep-ms", "0"], "argument --rep-ms: 0 is too small"),
+        (["--rep-ms", "ten"], "argument --rep-ms: 'ten' is not a number"),
+        (["--shapes", "huge"], "argument --shapes: invalid choice"),
+        (["--skip-done", "{tmp}/absent.json"], "--skip-done: sweep merge: {tmp}/absent.json is not a sweep run's file"),
+        (["--skip-done", "{tmp}/not-a-run.json"], "not written by a run of the sweep"),
+        (["--skip-done", "{tmp}/tiny-run.json"], "is a run of another sweep (tiny"),
+        (["--merge", "{tmp}/not-a-run.json"], "--merge: sweep merge: {tmp}/not-a-run.json is not a sweep run's file"),
+        (["--merge"], "--merge: no run files given and none in {tmp}/out"),
+        (["--outputs", "{tmp}/a-file/out"], "--outputs {tmp}/a-file/out cannot be written (Not a directory)"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else " ".join(v),
+)
+def test_a_usage_mistake_is_one_line_and_exit_2_before_any_work(tmp_path, capsys, argv, words):
+    _bad_files(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    if "--outputs" not in argv:
+        argv += ["--outputs", str(tmp_path / "out")]
+    rc, out, err = run_main(capsys, *argv)
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and words.format(tmp=tmp_path) in lines[0], err
+    assert "Point" not in out and sorted(p for p in tmp_path.rglob("*") if p.name != "out") == before
+
+
+# --------------------------------------------------------------------------------------------------
+# Interruptions
+
+
+def test_a_signal_stops_the_sweep_after_the_point_in_progress_and_keeps_what_it_measured():
+    points = sweep_points("tiny")[:3]
+    written = []
+    before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN under a shell's background job
+
+    def factory(name, device):
+        if name == "triton" and not written:  # during the first point: Ctrl+C
+            os.kill(os.getpid(), signal.SIGINT)
+        return bm.make_impl(name, device)
+
+    with sweep.stop_on_signal() as stop:
+        rows, _, remaining = sweep.run_points(
+            points,
+            [],
+            ["triton"],
+            DEVICE,
+            bm.no_timer,
+            write=lambda *a: written.append(a),
+            impl_factory=factory,
+            log=lambda line: None,
+            stop=stop,
+        )
+    assert stop() == "SIGINT"  # no KeyboardInterrupt inside the first point: it ended, and was written
+    assert {r.point for r in rows} == {points[0].id} and all(r.ok for r in rows)
+    assert remaining == points[1:] and len(written) == 2  # after the point, and the final write
+    assert written[-1][2] == points[1:]
+    assert signal.getsignal(signal.SIGINT) is before  # given back
+
+
+def test_running_again_keeps_the_earlier_runs_file_out_of_the_merge(tmp_path):
+    path = sweep.run_path(tmp_path)
+    assert sweep.keep_previous(path) is None  # nothing there yet
+    for run in ("first", "second"):
+        path.write_text(run)
+        sweep.keep_previous(path)
+    assert not path.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "benchmark-sweep.run.json.prev1",
+        "benchmark-sweep.run.json.prev2",
+    ]
+    assert [p.read_text() for p in sorted(tmp_path.iterdir())] == ["first", "second"]
+    assert sorted(tmp_path.glob(f"{sweep.RUN_STEM}*.json")) == []  # what --merge reads by default
+
+
+def test_clean_knows_every_file_the_sweep_writes(tmp_path):
+    outputs = tmp_path / "outputs"
+    written = [
+        sweep.run_path(outputs),
+        sweep.run_path(outputs, 7),
+        write_json(sweep.run_path(outputs), {}).with_suffix(".tmp"),  # the name it has while being written
+        sweep.keep_previous(sweep.run_path(outputs)),
+        outputs / sr.MERGED_JSON,
+        write_json(outputs / sr.MERGED_JSON, {}).with_suffix(".tmp"),
+        outputs / sr.MERGED_MD,
+        outputs / "figures" / sf.FIGURE,
+    ]
+    for path in written:
+        assert clean.is_generated_file(tmp_path, path.relative_to(tmp_path).as_posix()), path
+    assert not clean.is_generated_file(tmp_path, "outputs/benchmark-sweep.notes.md")
+
+
+# --------------------------------------------------------------------------------------------------
+# The command line in its own process
+
+
+def _sweep_process(tmp_path, *argv, prelude=""):
+    code = f"{prelude}\nimport sys\nfrom benchmarks.sweep.run import main\nsys.exit(main({[str(a) for a in argv]!r}))"
+    return subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+@pytest.mark.slow
+def test_python_dash_m_refuses_a_usage_mistake_in_one_line(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.sweep", "--impls", ",", "--outputs", tmp_path],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    # (on a machine without a GPU the package's one warning about the interpreter comes first)
+    assert done.stderr.strip().splitlines()[-1] == (
+        "python -m benchmarks.sweep: argument --impls: ',' names no implementation; "
+        "accepted: a comma-separated subset of triton,reference,F.rms_norm,compile,liger"
+    )
+
+
+@pytest.mark.slow
+@no_gpu_only
+def test_sigterm_stops_a_run_after_its_point_keeps_the_file_and_exits_143(tmp_path):
+    """Each point made to last a second, so that the signal lands during the second one."""
+    slow = (
+        "import time\nimport benchmarks.sweep.run as r\nm = r.measure_point\n"
+        "r.measure_point = lambda *a, **k: (time.sleep(1.0), m(*a, **k))[1]"
+    )
+    proc = _sweep_process(tmp_path, "--shapes", "tiny", "--outputs", tmp_path, prelude=slow)
+    path = tmp_path / "benchmark-sweep.run.json"
+    deadline = time.monotonic() + 120
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out + err
+    assert err.strip().splitlines()[-1].startswith("sweep: stopped by SIGTERM;")
+    assert f"--skip-done {path}" in err
+    run = json.loads(path.read_text())
+    assert not run["complete"] and 1 <= len({r["point"] for r in run["rows"]}) < 4
+    assert not (tmp_path / sr.MERGED_JSON).exists()
