@@ -30,7 +30,8 @@ def train_process(tmp_path, *overrides, prelude=None, timeout=900):
     if prelude is None:
         cmd = [sys.executable, str(ROOT / "train.py"), *args]
     else:
-        code = f"{prelude}\nimport runpy, sys\nsys.argv = {[str(ROOT / 'train.py'), *args]!r}\nrunpy.run_path(sys.argv[0], run_name='__main__')"
+        argv = [str(ROOT / "train.py"), *args]
+        code = f"{prelude}\nimport runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path(sys.argv[0], run_name='__main__')"
         cmd = [sys.executable, "-c", code]
     return subprocess.run(
         cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"}
