@@ -48,7 +48,7 @@ MODES = ("eager", "compiled")
 def make_step(norm_impl: str, device: str, compiled: bool, seed: int = 0) -> Callable[[], torch.Tensor]:
     """One training step of a fresh network and optimiser, seeded, on a fixed batch; returns the loss
     (compiled: a CUDA graph's output, valid until the next step)."""
-    from rmsnorm_kernel.training.model import build_network
+    from rmsnorm_kernel.training.network import build_network
 
     torch.manual_seed(seed)
     model = build_network(

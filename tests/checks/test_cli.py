@@ -200,7 +200,7 @@ def test_compile_report_passes_and_fails_on_a_graph_break(tmp_path, capsys, monk
 
 
 def test_check_checkpoints_verifies_and_names_a_damaged_file(tmp_path, capsys, device):
-    from rmsnorm_kernel.training.model import build_network
+    from rmsnorm_kernel.training.network import build_network
 
     root = tmp_path / "checkpoints"
     write_checkpoint(root / "triton_seed0" / "good.ckpt", device, builder=build_network)

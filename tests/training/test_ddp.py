@@ -107,7 +107,7 @@ def test_ddp_checkpoint_is_written_once_and_reloads_in_one_process(runs, impl):
 
 def mse_in_one_process(ckpt, split):
     """The exact MSE of a checkpoint's network over every row of a split, computed here in float64."""
-    from rmsnorm_kernel.training.model import NETWORK_KEYS, build_network
+    from rmsnorm_kernel.training.network import NETWORK_KEYS, build_network
 
     net = build_network(**{k: ckpt["hyper_parameters"][k] for k in NETWORK_KEYS})
     net.load_state_dict({k.removeprefix("net."): v for k, v in ckpt["state_dict"].items()})

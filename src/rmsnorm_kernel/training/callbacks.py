@@ -19,7 +19,8 @@ from ..ops.contract import ContractError
 from ..ops.impls import IMPLS
 from ..ops.op import call_counts
 from ..ops.tolerances import TOLERANCES, compare
-from .model import TrainingStopped, build_network
+from .model import TrainingStopped
+from .network import build_network
 
 
 class ParityError(TrainingStopped):
