@@ -1,14 +1,18 @@
 """Measurements outside the package, each run from the repository root as ``python -m benchmarks.<name>``.
 
-- ``sweep``: the Triton RMSNorm and its peers over hidden sizes, checked against the oracle and timed
-  two ways, with a merged report and figure (``python -m benchmarks.sweep``);
+- ``benchmark``: the Triton RMSNorm and its peers at nine shapes, checked against the oracle and timed,
+  with a table, a JSON file and a figure (``python -m benchmarks.benchmark``);
+- ``sweep``: the same over hidden sizes, timed two ways, with a merged report and figure
+  (``python -m benchmarks.sweep``);
 - ``launch_rules``, ``launch_sweep``: the launch-plan experiments behind ``rmsnorm_kernel.ops.launch``;
 - ``host_time``: the host time per call of the Triton path's pieces at a small shape;
 - ``compiled_step``: a training step under ``torch.compile(mode="reduce-overhead")`` on both paths.
 
-Imports go one way: these modules import ``rmsnorm_kernel`` (its ``checks.benchmark`` is the one home of
-the implementations under test, the oracle check, the byte model and the timing of whole calls), never
-the reverse. ``common`` holds what several of them share.
+What they share, one job per module: ``impls`` (the implementations under test and one whole call of
+each), ``rows`` (the byte model, the oracle check, the check-then-time of one row, the winners),
+``timing`` (the timers of whole calls, the copy ceiling), ``figures`` (the benchmark's figure) and
+``common`` (command-line parsing, JSON files). Imports go one way: these modules import
+``rmsnorm_kernel``, never the reverse.
 """
 
 # First, before any of these modules imports Triton: the package chooses the GPU or Triton's interpreter

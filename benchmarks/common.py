@@ -1,13 +1,38 @@
-"""What several measurements of ``benchmarks`` share: writing their JSON files."""
+"""What several measurements of ``benchmarks`` share: their command lines (one-line usage errors, numeric
+options with a lower bound) and writing their JSON files."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
 from pathlib import Path
 
 import torch
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage mistakes end in one line on stderr and exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def at_least(minimum: float, kind: type = int):
+    """An argparse ``type``: a number of ``kind`` no smaller than ``minimum``."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number; accepted: {minimum} or more") from None
+        if not value >= minimum:
+            raise argparse.ArgumentTypeError(f"{text} is too small; accepted: {minimum} or more")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
 
 
 def plain(obj):

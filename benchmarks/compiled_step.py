@@ -16,8 +16,8 @@ Reported per path, eager and compiled:
   K backward calls, the reference path none. The script exits 1 when a count differs.
 
 The steps are timed one by one (CUDA events around each, read after the last), not by
-``checks.benchmark.event_samples``, whose samples average several calls: the minimum per step is
-reported beside the median.
+``timing.event_samples``, whose samples average several calls: the minimum per step is reported beside
+the median.
 
     python -m benchmarks.compiled_step [--json compiled_step.json] [--steps N] [--warmup N] [--count-steps K]
 
@@ -35,10 +35,10 @@ import torch
 import torch.nn.functional as F
 
 from rmsnorm_kernel import call_counts
-from rmsnorm_kernel.checks import benchmark as bm
-from rmsnorm_kernel.checks.report import OneLineParser, at_least, format_table
+from rmsnorm_kernel.checks.report import format_table
 
-from .common import write_json
+from .common import OneLineParser, at_least, write_json
+from .impls import versions
 
 INPUT_DIM, HIDDEN_DIM, OUTPUT_DIM, BATCH, EPS, LR = 64, 257, 16, 32, 1e-6, 1e-3
 PATHS = ("reference", "triton")
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in PATHS
         for mode in MODES
     ]
-    v = bm.versions()
+    v = versions()
     device_name = torch.cuda.get_device_name()
     print(
         f"training step, batch {BATCH}, {INPUT_DIM}->{HIDDEN_DIM}->{OUTPUT_DIM}, Adam, on {device_name}: "

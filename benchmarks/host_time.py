@@ -4,11 +4,11 @@ At 128x257 float32 the GPU work of a call takes a few microseconds; what a calle
 issuing it (argument checks, allocation, the launch, autograd). Each piece is called ``--calls`` times
 back to back between two synchronisations, ``--repeats`` times; the table gives the median per call of
 the host time to issue the calls (``time.perf_counter`` before the closing synchronisation) and of the
-wall time until the GPU is done (after it). The calls are the benchmark command's own
-(``rmsnorm_kernel.checks.benchmark.make_call``); ``autograd.grad of x * gamma`` is the floor that
-PyTorch's autograd engine puts under any forward + backward, one C++ op. The loop is its own rather than
-``checks.benchmark.event_samples``: it reads the wall clock around a synchronisation, which also runs
-on the CPU (the tests run it there), where CUDA events do not exist.
+wall time until the GPU is done (after it). The calls are the benchmark's own (``impls.make_call``);
+``autograd.grad of x * gamma`` is the floor that PyTorch's autograd engine puts under any forward +
+backward, one C++ op. The loop is its own rather than ``timing.event_samples``: it reads the wall clock
+around a synchronisation, which also runs on the CPU (the tests run it there), where CUDA events do not
+exist.
 
     python -m benchmarks.host_time [--json host_time.json] [--calls N] [--repeats N]
 
@@ -25,28 +25,28 @@ from pathlib import Path
 
 import torch
 
-from rmsnorm_kernel.checks import benchmark as bm
-from rmsnorm_kernel.checks.report import OneLineParser, at_least, format_table
+from rmsnorm_kernel.checks.report import format_table
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.testing import make_inputs
 
-from .common import write_json
+from .common import OneLineParser, at_least, write_json
+from .impls import EPS, FWD, FWD_BWD, make_call, make_impl, versions
 
 
 def pieces(x: torch.Tensor, gamma: torch.Tensor, dy: torch.Tensor) -> dict[str, Callable[[], object]]:
     """The calls timed, by name."""
-    triton_fn = bm.make_impl("triton", x.device.type)
-    torch_fn = bm.make_impl("F.rms_norm", x.device.type)
+    triton_fn = make_impl("triton", x.device.type)
+    torch_fn = make_impl("F.rms_norm", x.device.type)
     counter = torch.zeros(1, dtype=torch.int32, device=x.device)  # the launchers' call counter, not the operator's
     return {
-        "rmsnorm fwd": bm.make_call(bm.FWD, triton_fn, x, gamma, dy),
-        "rmsnorm fwd+bwd": bm.make_call(bm.FWD_BWD, triton_fn, x, gamma, dy),
-        "kernels.rmsnorm_forward": lambda: kernels.rmsnorm_forward(x, gamma, bm.EPS, counter),
-        "kernels.rmsnorm_backward": lambda: kernels.rmsnorm_backward(dy, x, gamma, bm.EPS, counter),
-        "F.rms_norm fwd": bm.make_call(bm.FWD, torch_fn, x, gamma, dy),
-        "F.rms_norm fwd+bwd": bm.make_call(bm.FWD_BWD, torch_fn, x, gamma, dy),
-        "autograd.grad of x * gamma": bm.make_call(bm.FWD_BWD, lambda a, g: a * g, x, gamma, dy),
+        "rmsnorm fwd": make_call(FWD, triton_fn, x, gamma, dy),
+        "rmsnorm fwd+bwd": make_call(FWD_BWD, triton_fn, x, gamma, dy),
+        "kernels.rmsnorm_forward": lambda: kernels.rmsnorm_forward(x, gamma, EPS, counter),
+        "kernels.rmsnorm_backward": lambda: kernels.rmsnorm_backward(dy, x, gamma, EPS, counter),
+        "F.rms_norm fwd": make_call(FWD, torch_fn, x, gamma, dy),
+        "F.rms_norm fwd+bwd": make_call(FWD_BWD, torch_fn, x, gamma, dy),
+        "autograd.grad of x * gamma": make_call(FWD_BWD, lambda a, g: a * g, x, gamma, dy),
     }
 
 
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     m, n = 128, 257
     times = host_times("cuda", m, n, args.calls, args.repeats)
-    v = bm.versions()
+    v = versions()
     print(
         f"host time per call at {m}x{n} float32 on {torch.cuda.get_device_name()}: "
         f"torch {v['torch']}, triton {v['triton']}"

@@ -38,13 +38,14 @@ import torch
 import triton
 from triton.testing import do_bench
 
-from rmsnorm_kernel.checks import benchmark as bm
 from rmsnorm_kernel.checks.report import outputs_problem
 from rmsnorm_kernel.ops import kernels, launch
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.tolerances import compare
 from rmsnorm_kernel.testing import make_inputs
+
+from .impls import DTYPES
 
 EPS = 1e-6
 X_BYTES = 512 * 2**20
@@ -112,7 +113,7 @@ def _without_repeats(variants: dict[str, launch.Plan]) -> dict[str, launch.Plan]
 
 def run_item(kind: str, dtype_name: str, n: int, device: str, bench, x_bytes_total: int = X_BYTES):
     """Yield one record per variant of ``kind`` at (about x_bytes_total / row bytes) rows of N."""
-    dtype = bm.DTYPES[dtype_name]
+    dtype = DTYPES[dtype_name]
     rows = max(1, x_bytes_total // (n * dtype.itemsize))
     x, gamma, dy = make_inputs((rows, n), dtype, device)
     calls = torch.zeros(1, dtype=torch.int32, device=device)
@@ -154,13 +155,13 @@ def parse_items(text: str) -> list[tuple[str, str, int]]:
         if (
             len(parts) != 3
             or parts[0] not in ("fwd", "bwd")
-            or parts[1] not in bm.DTYPES
+            or parts[1] not in DTYPES
             or not parts[2].isdigit()
             or not 1 <= int(parts[2]) <= MAX_N
         ):
             raise ValueError(
                 f"launch_rules: --items has {item!r}; accepted: kind:dtype:N with kind fwd or bwd, "
-                f"dtype one of {', '.join(bm.DTYPES)}, 1 <= N <= {MAX_N}"
+                f"dtype one of {', '.join(DTYPES)}, 1 <= N <= {MAX_N}"
             )
         items.append((parts[0], parts[1], int(parts[2])))
     return items

@@ -6,9 +6,9 @@ cleared on the way in and on the way out, so the plans made under a variant are 
 it. Every variant changes what at least one of its shapes launches (a test checks it on an H200's
 limits); ``base`` is the plan as the package ships it, timed first at each shape.
 
-Rows are checked against the oracle and timed with the benchmark command's protocol
-(``rmsnorm_kernel.checks.benchmark``: ``measure_row``, ``cuda_timer``, ``copy_ceiling``), 10 warm-up
-calls and 20 samples of 10 calls by default; 'best' marks the fastest correct plan of each shape and mode.
+Rows are checked against the oracle and timed with the benchmark's protocol (``rows.measure_row``,
+``timing.cuda_timer``, ``timing.copy_ceiling``), 10 warm-up calls and 20 samples of 10 calls by default;
+'best' marks the fastest correct plan of each shape and mode.
 
     python -m benchmarks.launch_sweep [--json sweep.json] [--warmup N] [--samples N] [--calls N]
 
@@ -24,14 +24,16 @@ from pathlib import Path
 
 import torch
 
-from rmsnorm_kernel.checks import benchmark as bm
-from rmsnorm_kernel.checks.report import OneLineParser, at_least
 from rmsnorm_kernel.ops import kernels, launch
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.reference import oracle
 from rmsnorm_kernel.testing import make_inputs
 
-from .common import write_json
+from .benchmark import table
+from .common import OneLineParser, at_least, write_json
+from .impls import DTYPES, EPS, MODES, make_impl, versions
+from .rows import Result, mark_winners, measure_row
+from .timing import Timer, copy_ceiling, cuda_timer
 
 #: name -> the launch constants it overrides.
 VARIANTS: dict[str, dict[str, float]] = {
@@ -91,20 +93,20 @@ def overrides(**constants):
 
 
 def run_sweep(
-    shapes: dict, device: str, timer: bm.Timer, ceiling_bps: float | None, log=print
-) -> tuple[list[bm.Result], list[str]]:
+    shapes: dict, device: str, timer: Timer, ceiling_bps: float | None, log=print
+) -> tuple[list[Result], list[str]]:
     """One checked, timed row per (shape, variant, mode), the base plan first; returns the rows (the
     variant in ``impl``) and, beside each, the plan it ran under."""
-    fn = bm.make_impl("triton", device)
+    fn = make_impl("triton", device)
     rows, plans = [], []
     for (m, n, dtype_name), variants in shapes.items():
-        inputs = make_inputs((m, n), bm.DTYPES[dtype_name], device)
-        expected = oracle(*inputs, bm.EPS)
+        inputs = make_inputs((m, n), DTYPES[dtype_name], device)
+        expected = oracle(*inputs, EPS)
         for name in (BASE, *variants):
             with overrides(**VARIANTS.get(name, {})):
                 p = launch.plan_for(inputs[0], inputs[1])
-                for mode in bm.MODES:
-                    r = bm.measure_row(mode, name, fn, inputs, expected, timer, ceiling_bps)
+                for mode in MODES:
+                    r = measure_row(mode, name, fn, inputs, expected, timer, ceiling_bps)
                     rows.append(r)
                     plans.append(str(p))
                     log(
@@ -115,7 +117,7 @@ def run_sweep(
         del inputs, expected
         if device == "cuda":
             torch.cuda.empty_cache()
-    bm.mark_winners(rows)
+    mark_winners(rows)
     return rows, plans
 
 
@@ -131,14 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     if backend() != CUDA:
         print("launch_sweep: needs a CUDA GPU (it times kernels); none found.", file=sys.stderr)
         return 2
-    v = bm.versions()
+    v = versions()
     device_name = torch.cuda.get_device_name()
     print(f"launch sweep on {device_name}: torch {v['torch']}, triton {v['triton']}")
-    ceiling = bm.copy_ceiling()
-    timer = bm.cuda_timer(args.warmup, args.samples, args.calls, do_bench=False)
+    ceiling = copy_ceiling()
+    timer = cuda_timer(args.warmup, args.samples, args.calls, do_bench=False)
     rows, plans = run_sweep(SHAPES, "cuda", timer, ceiling)
     print()
-    print(bm.table(rows, ceiling / 1e12))
+    print(table(rows, ceiling / 1e12))
     if args.json is not None:
         data = dict(
             device=device_name,

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rmsnorm_kernel.checks.figures import FigureResult, is_number, pyplot
+from rmsnorm_kernel.checks.figures import FigureResult, pyplot
 
+from ..figures import is_number
 from .measure import best_ceilings
 from .report import MERGED_KIND, RUN_KIND
 

@@ -1,14 +1,14 @@
 """Checking and timing one point of the sweep: the oracle on the checked rows, the two times, the ceiling.
 
 Every implementation runs forward alone and forward + backward at every point, through
-``checks.benchmark.measure_row``: first checked against the float64 oracle (``ops.reference.oracle``)
+``rows.measure_row``: first checked against the float64 oracle (``ops.reference.oracle``)
 with ``ops.tolerances.compare``, on every row when x has at most ``FULL_CHECK_ELEMENTS`` elements; above
 that on the first and last ``CHECK_EDGE_ROWS`` rows and ``CHECK_SPREAD_ROWS`` spread between for y and
 dx, and dgamma over all rows, summed in float64 chunk by chunk (``expected_outputs``). A wrong result is
 not timed. Two times per call then (``CudaTimers``):
 
 - **whole call**: CUDA events around back-to-back eager calls, allocations, autograd and host work
-  included, as the benchmark command times them (``checks.benchmark.event_samples``); the median over
+  included, as the benchmark times them (``timing.event_samples``); the median over
   samples (3 to 10 samples of 1 to 20 calls, about 20 ms in all), with the host time to issue a call;
 - **GPU time**: the same call captured in a CUDA graph (``torch.cuda.CUDAGraph``, after warm-up calls on
   a side stream; ``torch.compile``'s function after its compilation), its replays timed by
@@ -21,7 +21,7 @@ not timed. Two times per call then (``CudaTimers``):
   calls, L2 flushed before each): it leaves out the gaps between kernels. Each row names its method
   (``gpu_method``).
 
-Bandwidth is the byte model of ``checks.benchmark.bytes_moved`` over the time. The copy ceiling
+Bandwidth is the byte model of ``rows.bytes_moved`` over the time. The copy ceiling
 (``measure_ceiling``) is a device-to-device ``copy_`` of each regime's bytes (bytes read plus written),
 at the start and at the end of each run, as a whole call and by ``do_bench`` of the copy kernel; a row's
 share of the ceiling uses its regime's fastest copy (``best_ceilings``).
@@ -37,15 +37,16 @@ from dataclasses import dataclass
 import torch
 import triton.testing
 
-from rmsnorm_kernel.checks import benchmark as bm
 from rmsnorm_kernel.checks.report import one_line
 from rmsnorm_kernel.ops.reference import manual_backward, oracle
 from rmsnorm_kernel.testing import make_inputs
 
+from ..impls import DTYPES, EPS, LIGER_SETTINGS, MODES, make_impl
+from ..rows import Result, measure_row, tbps
+from ..timing import Timer, Timing, event_samples
 from .points import Point
 
 MiB = 1 << 20
-EPS = bm.EPS
 
 #: What one row's timing spends: whole calls for about WHOLE_BUDGET_S (at least WHOLE_MIN_SAMPLES samples),
 #: do_bench's warm-up and repetitions in ms of replays, the profiler's calls when there is no graph.
@@ -102,17 +103,17 @@ GRAPH, PROFILER = "cuda-graph", "profiler"
 
 class CudaTimers:
     """The two times of the module docstring, on the current CUDA device: a timer for
-    ``checks.benchmark.measure_row``."""
+    ``rows.measure_row``."""
 
     def __init__(self, whole_s: float = WHOLE_BUDGET_S, rep_ms: int = GPU_REP_MS, warmup_ms: int = GPU_WARMUP_MS):
         self.whole_s, self.rep_ms, self.warmup_ms = whole_s, rep_ms, warmup_ms
         self._side: torch.cuda.Stream | None = None
 
-    def __call__(self, call, restore, verify) -> bm.Timing:
+    def __call__(self, call, restore, verify) -> Timing:
         events_s, host_s = self.whole(call)
         restore()
         gpu_s, method, note = self.gpu(call, restore, verify)
-        return bm.Timing(events_s, gpu_s, host_s, method, note)
+        return Timing(events_s, gpu_s, host_s, method, note)
 
     def whole(self, call: Callable[[], object]) -> tuple[float, float]:
         """(median seconds per call by CUDA events, median host seconds to issue one call), the samples
@@ -127,7 +128,7 @@ class CudaTimers:
         t1 = max(start.elapsed_time(end) / 1e3, 1e-7)
         calls = min(WHOLE_MAX_CALLS, max(1, int(self.whole_s / WHOLE_MAX_SAMPLES / t1)))
         samples = min(WHOLE_MAX_SAMPLES, max(WHOLE_MIN_SAMPLES, int(self.whole_s / (calls * t1))))
-        return bm.event_samples(call, samples, calls)
+        return event_samples(call, samples, calls)
 
     def gpu(self, call: Callable[[], object], restore: Callable[[], object], verify: Callable[[object], str | None]):
         """(seconds, method, note): replays of ``call`` captured in a CUDA graph, or the profiler's kernel
@@ -214,8 +215,8 @@ def measure_ceiling(regime: str, nbytes: int, timers: CudaTimers, when: str) -> 
         gpu_us=_us(gpu_s),
         gpu_method="do_bench",
         gpu_note="the copy kernel itself (a graph would run a memcpy node on the copy engines)",
-        whole_tbps=bm.tbps(moved, whole_s),
-        gpu_tbps=bm.tbps(moved, gpu_s),
+        whole_tbps=tbps(moved, whole_s),
+        gpu_tbps=tbps(moved, gpu_s),
     )
 
 
@@ -258,8 +259,8 @@ class Row:
     session: int = 0  # index of the run (its file) in a merged file
 
     @classmethod
-    def of(cls, point: Point, r: bm.Result, repeat: int = 0, measure_s: float | None = None) -> Row:
-        """The sweep's record of ``checks.benchmark.measure_row``'s result at ``point``."""
+    def of(cls, point: Point, r: Result, repeat: int = 0, measure_s: float | None = None) -> Row:
+        """The sweep's record of ``rows.measure_row``'s result at ``point``."""
         return cls(
             point=point.id,
             regime=point.regime,
@@ -293,13 +294,13 @@ def measure_point(
     point: Point,
     impls: Sequence[str],
     device: str,
-    timer: bm.Timer,
+    timer: Timer,
     repeat: int = 0,
-    impl_factory: Callable = bm.make_impl,
+    impl_factory: Callable = make_impl,
     log: Callable[[str], None] = print,
 ) -> list[Row]:
     """Every implementation of ``impls`` in both directions at ``point``, checked then timed by ``timer``."""
-    inputs = make_inputs((point.M, point.N), bm.DTYPES[point.dtype], device)
+    inputs = make_inputs((point.M, point.N), DTYPES[point.dtype], device)
     rows_checked = check_rows(point.M, point.N)
     expected = expected_outputs(*inputs, rows_checked)
     results = []
@@ -308,9 +309,9 @@ def measure_point(
         if fn is None:
             log(f"  {impl}: not available here, skipped")
             continue
-        for mode in bm.MODES:
+        for mode in MODES:
             t0 = time.perf_counter()
-            result = bm.measure_row(mode, impl, fn, inputs, expected, timer, rows=rows_checked)
+            result = measure_row(mode, impl, fn, inputs, expected, timer, rows=rows_checked)
             row = Row.of(point, result, repeat, time.perf_counter() - t0)
             results.append(row)
             status = "ok" if row.ok else f"FAILED: {row.detail}"
@@ -364,7 +365,7 @@ def protocol(whole_s: float = WHOLE_BUDGET_S, rep_ms: int = GPU_REP_MS) -> dict:
         gpu_time=f"CUDA graph of the call ({GRAPH_WARMUP_CALLS} warm-up calls on a side stream first), replays "
         f"timed by triton.testing.do_bench(warmup={GPU_WARMUP_MS} ms, rep={rep_ms} ms, median, L2 flushed); "
         f"fallback: torch.profiler kernel durations summed, median of {PROFILER_CALLS} calls, L2 flushed",
-        bytes="checks.benchmark.bytes_moved: fwd 2*M*N*x + N*gamma; fwd+bwd 5*M*N*x + 2*N*gamma",
+        bytes="benchmarks.rows.bytes_moved: fwd 2*M*N*x + N*gamma; fwd+bwd 5*M*N*x + 2*N*gamma",
         ceiling="device-to-device copy_ of each regime's bytes at the start and end of each run, as a whole call "
         "and by do_bench; a row uses its regime's fastest",
         check=f"ops.tolerances.compare against ops.reference.oracle (float64); above {FULL_CHECK_ELEMENTS} "
@@ -372,7 +373,7 @@ def protocol(whole_s: float = WHOLE_BUDGET_S, rep_ms: int = GPU_REP_MS) -> dict:
         "the graph's replay checked again",
         compile="torch.compile(reference, dynamic=False), torch.compiler.reset() before each point: "
         "two graphs per point",
-        liger_settings=dict(bm.LIGER_SETTINGS),
+        liger_settings=dict(LIGER_SETTINGS),
         eps=EPS,
         inputs="rmsnorm_kernel.testing.make_inputs, seed 0",
     )

@@ -7,7 +7,7 @@
   32 MiB, where launch and tail effects show;
 - shapes outside the sweep (``outside``, large regime): N = 3000, 6244 and 12295 between its points, and
   24576, 32768 and 65536 above it, so that a launch plan fitted to the sweep's points alone is caught;
-- the benchmark command's small shapes (``checks.benchmark.SMALL_SHAPES``), except one the sweep holds;
+- the benchmark's small shapes (``benchmark.SMALL_SHAPES``), except one the sweep holds;
 - each point's split: ``fit`` when it is a sweep point whose N is an even multiple of 512, the points a
   launch plan may be fitted on; ``report`` for every other point;
 - the noise points (``NOISE``), measured again at the end of every run: their spread is the noise the
@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rmsnorm_kernel.checks import benchmark as bm
+from ..benchmark import SMALL_SHAPES
+from ..impls import DTYPES
 
 MiB = 1 << 20
 GRID_FIRST, GRID_LAST, GRID_STEP = 1024, 16384, 512
@@ -62,7 +63,7 @@ SHAPES = ("sweep", "tiny")
 
 
 def itemsize(dtype: str) -> int:
-    return torch.empty((), dtype=bm.DTYPES[dtype]).element_size()
+    return torch.empty((), dtype=DTYPES[dtype]).element_size()
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def sweep_points(shapes: str = "sweep") -> list[Point]:
         Point(OUTSIDE_REGIME, "outside", rows_for(REGIME_BYTES[OUTSIDE_REGIME], n, dt), n, dt) for n, dt in OUTSIDE
     ]
     held = {(p.M, p.N, p.dtype) for p in points}
-    points += [Point("small", "small", m, n, dt) for m, n, dt in bm.SMALL_SHAPES if (m, n, dt) not in held]
+    points += [Point("small", "small", m, n, dt) for m, n, dt in SMALL_SHAPES if (m, n, dt) not in held]
     return points
 
 

@@ -25,9 +25,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from rmsnorm_kernel.checks.benchmark import FWD, FWD_BWD, MODES
-
 from ..common import write_json
+from ..impls import FWD, FWD_BWD, MODES
 from .measure import best_ceilings
 from .points import definition_hash, sweep_points
 

@@ -6,7 +6,7 @@
     python -m benchmarks.sweep --merge [FILE...] [--outputs DIR]
 
 A run measures every point of ``points.sweep_points`` (``--plan`` lists them and measures nothing) with
-every implementation of ``checks.benchmark.IMPLS`` that is available, in both directions
+every implementation of ``impls.IMPLS`` that is available, in both directions
 (``measure.measure_point``), then the noise points again (``--no-noise``: not), and the copy ceiling of
 each regime at its start and at its end. It writes ``<outputs>/benchmark-sweep.run.json`` after every
 point (an earlier file of that name is kept as ``.json.prev<n>``), so that a run cut short leaves all it
@@ -48,11 +48,12 @@ from pathlib import Path
 import torch
 import triton
 
-from rmsnorm_kernel.checks import benchmark as bm
-from rmsnorm_kernel.checks.report import OneLineParser, at_least, outputs_problem
+from rmsnorm_kernel.checks.report import outputs_problem
 from rmsnorm_kernel.ops.backend import CUDA, backend
 
-from ..common import write_json
+from ..common import OneLineParser, at_least, write_json
+from ..impls import IMPLS, liger_version, make_impl, parse_impls
+from ..timing import Timer, no_timer
 from . import figures, report
 from .measure import GPU_REP_MS, WHOLE_BUDGET_S, CudaTimers, Row, apply_ceilings, measure_ceiling, measure_point
 from .measure import protocol as measure_protocol
@@ -153,10 +154,10 @@ def run_points(
     repeats: Sequence[Point],
     impls: Sequence[str],
     device: str,
-    timer: bm.Timer,
+    timer: Timer,
     write: Callable[[list[Row], list[dict], list[Point], float], object],
     regimes_ceiling: dict[str, int] | None = None,
-    impl_factory: Callable = bm.make_impl,
+    impl_factory: Callable = make_impl,
     log: Callable[[str], None] = print,
     stop: Callable[[], str | None] = lambda: None,
 ) -> tuple[list[Row], list[dict], list[Point]]:
@@ -234,9 +235,9 @@ def build_parser() -> OneLineParser:
     )
     parser.add_argument(
         "--impls",
-        type=bm.parse_impls,
-        default=",".join(bm.IMPLS),
-        help=f"comma-separated subset of {','.join(bm.IMPLS)} (default: all)",
+        type=parse_impls,
+        default=",".join(IMPLS),
+        help=f"comma-separated subset of {','.join(IMPLS)} (default: all)",
     )
     parser.add_argument(
         "--outputs", type=Path, default=Path("outputs"), help="directory for the run's and the merged files"
@@ -329,7 +330,7 @@ def run(args) -> int:
     print_plan(points, todo, repeats, impls)
     device = "cuda" if cuda else "cpu"
     device_name = torch.cuda.get_device_name() if cuda else (platform.processor() or "cpu")
-    timer = CudaTimers(args.whole_ms / 1e3, args.rep_ms) if cuda else bm.no_timer
+    timer = CudaTimers(args.whole_ms / 1e3, args.rep_ms) if cuda else no_timer
     meta = dict(
         shapes=args.shapes,
         definition=definition,
@@ -341,7 +342,7 @@ def run(args) -> int:
         backend=backend(),
         torch=torch.__version__,
         triton=triton.__version__,
-        liger_kernel=bm.liger_version(),
+        liger_kernel=liger_version(),
         python=platform.python_version(),
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         protocol=measure_protocol(args.whole_ms / 1e3, args.rep_ms),

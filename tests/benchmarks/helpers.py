@@ -1,10 +1,27 @@
-"""What the sweep's tests share: rows and run files as the sweep writes them, with hand-written times."""
+"""What the measurements' tests share: a fake timer, and rows and run files as the sweep writes them, with
+hand-written times."""
 
 from __future__ import annotations
 
+from benchmarks.impls import DTYPES, MODES
+from benchmarks.rows import bytes_moved
 from benchmarks.sweep.points import definition_hash, sweep_points
 from benchmarks.sweep.report import RUN_KIND
-from rmsnorm_kernel.checks import benchmark as bm
+from benchmarks.timing import Timing
+
+
+class FakeTimer:
+    """Returns fixed timings and counts what it was asked to time."""
+
+    def __init__(self, events_s=1e-4, do_bench_s=2e-4, host_s=1e-5):
+        self.timing = Timing(events_s, do_bench_s, host_s, "do_bench")
+        self.calls = 0
+
+    def __call__(self, call, restore, verify):
+        assert verify(call()) is None  # the call must at least run, and give the right answer
+        restore()
+        self.calls += 1
+        return self.timing
 
 
 def sweep_row(
@@ -25,7 +42,7 @@ def sweep_row(
     the benchmark's byte model, so a figure has something to draw."""
     regime, dtype, shape = point.split(":")
     m, n = (int(v) for v in shape.split("x"))
-    nbytes = bm.bytes_moved(mode, m, n, bm.DTYPES[dtype])
+    nbytes = bytes_moved(mode, m, n, DTYPES[dtype])
     if split is None:
         split = "fit" if origin == "sweep" and n % 1024 == 0 else "report"
     return dict(
@@ -61,7 +78,7 @@ def sweep_row(
 
 
 def tiny_rows(point: str, impls=("triton", "reference"), repeat: int = 0) -> list[dict]:
-    return [sweep_row(point, impl, mode, origin="tiny", repeat=repeat) for impl in impls for mode in bm.MODES]
+    return [sweep_row(point, impl, mode, origin="tiny", repeat=repeat) for impl in impls for mode in MODES]
 
 
 def sweep_run(

@@ -1,13 +1,14 @@
-"""What the measurements share: their JSON files."""
+"""What the measurements share: their command lines and their JSON files."""
 
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import torch
 
-from benchmarks.common import write_json
+from benchmarks.common import OneLineParser, at_least, write_json
 
 
 @dataclass
@@ -31,3 +32,19 @@ def test_a_file_is_replaced_not_appended_to(tmp_path):
     write_json(tmp_path / "x.json", {"a": 1})
     write_json(tmp_path / "x.json", {"b": 2})
     assert json.loads((tmp_path / "x.json").read_text()) == {"b": 2}
+
+
+def test_a_command_line_mistake_is_one_line_and_exit_2(capsys):
+    parser = OneLineParser(prog="prog")
+    parser.add_argument("--samples", type=at_least(1), default=1)
+    parser.add_argument("--ms", type=at_least(0.5, float), default=1.0)
+    assert parser.parse_args(["--samples", "3", "--ms", "0.5"]).samples == 3
+    for argv, words in (
+        (["--samples", "0"], "argument --samples: 0 is too small; accepted: 1 or more"),
+        (["--samples", "1.5"], "argument --samples: '1.5' is not a number; accepted: 1 or more"),
+        (["--ms", "nan"], "argument --ms: nan is too small; accepted: 0.5 or more"),
+        (["--fast"], "unrecognized arguments: --fast"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(argv)
+        assert exc.value.code == 2 and capsys.readouterr().err == f"prog: {words}\n"

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from benchmarks import compiled_step, host_time, launch_rules, launch_sweep
-from rmsnorm_kernel.checks import benchmark as bm
+from benchmarks.impls import FWD, FWD_BWD
+from benchmarks.timing import Timing
 from rmsnorm_kernel.ops import launch
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from tests.helpers import ROOT
@@ -58,7 +59,7 @@ class FasterEachTime:
     def __call__(self, call, restore=None, verify=None):
         call()
         self.calls += 1
-        return bm.Timing(1e-4 / self.calls, None, None)
+        return Timing(1e-4 / self.calls, None, None)
 
 
 def test_a_sweep_checks_every_variant_against_the_oracle(device):
@@ -69,10 +70,10 @@ def test_a_sweep_checks_every_variant_against_the_oracle(device):
         {(4, 257, "float32"): ("single_off",)}, device, timer, None, log=lambda s: None
     )
     assert [(r.impl, r.mode) for r in rows] == [
-        ("base", bm.FWD),
-        ("base", bm.FWD_BWD),
-        ("single_off", bm.FWD),
-        ("single_off", bm.FWD_BWD),
+        ("base", FWD),
+        ("base", FWD_BWD),
+        ("single_off", FWD),
+        ("single_off", FWD_BWD),
     ]
     assert all(r.ok for r in rows) and timer.calls == 4
     assert "partial_rows=0" in plans[1] and "partial_rows=0" not in plans[3]
@@ -206,8 +207,8 @@ def test_launch_sweep_writes_its_rows_with_their_plans(tmp_path, monkeypatch, ca
     monkeypatch.setattr(launch_sweep, "backend", lambda: launch_sweep.CUDA)
     monkeypatch.setattr(launch_sweep.torch.cuda, "get_device_name", lambda: "fake GPU")
     monkeypatch.setattr(launch_sweep.torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(launch_sweep.bm, "copy_ceiling", lambda: 2e12)
-    monkeypatch.setattr(launch_sweep.bm, "cuda_timer", lambda *a, **k: FasterEachTime())
+    monkeypatch.setattr(launch_sweep, "copy_ceiling", lambda: 2e12)
+    monkeypatch.setattr(launch_sweep, "cuda_timer", lambda *a, **k: FasterEachTime())
     monkeypatch.setattr(launch_sweep, "SHAPES", {(4, 257, "float32"): ("single_off",)})
     real_run_sweep = launch_sweep.run_sweep
     monkeypatch.setattr(launch_sweep, "run_sweep", lambda shapes, dev, *a: real_run_sweep(shapes, device, *a))
@@ -215,10 +216,10 @@ def test_launch_sweep_writes_its_rows_with_their_plans(tmp_path, monkeypatch, ca
     data = json.loads((tmp_path / "out" / "sweep.json").read_text())
     assert data["device"] == "fake GPU" and data["ceiling_tbps"] == pytest.approx(2.0)
     assert [(r["impl"], r["mode"]) for r in data["rows"]] == [
-        ("base", bm.FWD),
-        ("base", bm.FWD_BWD),
-        ("single_off", bm.FWD),
-        ("single_off", bm.FWD_BWD),
+        ("base", FWD),
+        ("base", FWD_BWD),
+        ("single_off", FWD),
+        ("single_off", FWD_BWD),
     ]
     assert all(r["ok"] and r["plan"] for r in data["rows"])
     assert "single_off" in capsys.readouterr().out

@@ -3,9 +3,11 @@
 import pytest
 import torch
 
+from benchmarks.impls import EPS, FWD, FWD_BWD, LIGER_SETTINGS
+from benchmarks.rows import check_outputs
 from benchmarks.sweep import measure as sm
 from benchmarks.sweep.points import Point
-from rmsnorm_kernel.checks import benchmark as bm
+from benchmarks.timing import Timing
 from rmsnorm_kernel.ops.reference import manual_backward, oracle, rmsnorm_reference
 from rmsnorm_kernel.testing import forward_block_mean, make_inputs
 
@@ -30,8 +32,8 @@ def test_expected_outputs_on_some_rows_are_the_oracle_on_those_rows(device):
     full = oracle(x, gamma, dy)
     assert torch.equal(y, full[0][rows]) and torch.equal(dx, full[1][rows])
     assert torch.equal(dgamma, full[2])  # the same float64 sum, in chunks, rounded to bfloat16
-    assert bm.check_outputs((full[0], full[1], full[2]), (y, dx, dgamma), rows).ok
-    assert not bm.check_outputs((full[0], full[1] * 1.5, full[2]), (y, dx, dgamma), rows).ok
+    assert check_outputs((full[0], full[1], full[2]), (y, dx, dgamma), rows).ok
+    assert not check_outputs((full[0], full[1] * 1.5, full[2]), (y, dx, dgamma), rows).ok
 
 
 def test_dgamma_is_summed_over_every_row_in_chunks(device, monkeypatch):
@@ -65,8 +67,8 @@ class FakeTimers:
         problem = verify(call())
         self.verified.append(problem)
         if problem is None:
-            return bm.Timing(2e-4, 1e-4, 5e-5, sm.GRAPH)
-        return bm.Timing(2e-4, 3e-4, 5e-5, sm.PROFILER, f"replay wrong ({problem})")
+            return Timing(2e-4, 1e-4, 5e-5, sm.GRAPH)
+        return Timing(2e-4, 3e-4, 5e-5, sm.PROFILER, f"replay wrong ({problem})")
 
 
 class _InPlaceGrad(torch.autograd.Function):
@@ -75,12 +77,12 @@ class _InPlaceGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, g):
         ctx.save_for_backward(x, g)
-        return rmsnorm_reference(x, g, bm.EPS)
+        return rmsnorm_reference(x, g, EPS)
 
     @staticmethod
     def backward(ctx, dy):
         x, g = ctx.saved_tensors
-        dx, dg = manual_backward(x, g, dy, bm.EPS)
+        dx, dg = manual_backward(x, g, dy, EPS)
         dy.copy_(dx)
         return dy, dg
 
@@ -104,7 +106,7 @@ def test_a_replay_is_checked_after_the_inputs_a_call_overwrites_are_put_back(dev
     (_, row) = sm.measure_point(
         point, ["inplace"], device, timers, impl_factory=_factory({"inplace": _in_place}), log=_quiet
     )
-    assert row.mode == bm.FWD_BWD and row.ok  # the first call gets its own copy of dy
+    assert row.mode == FWD_BWD and row.ok  # the first call gets its own copy of dy
     if restore:
         assert timers.verified == [None, None] and row.gpu_method == sm.GRAPH and row.gpu_us == pytest.approx(100.0)
     else:  # the calls before turned dy into dx of dx...: the replay is wrong, the profiler times it
@@ -113,11 +115,11 @@ def test_a_replay_is_checked_after_the_inputs_a_call_overwrites_are_put_back(dev
 
 def test_a_row_holds_both_times_its_bandwidth_and_its_share_of_the_ceiling(device):
     point = Point("large", "sweep", 4, 1024, "bfloat16")  # a stand-in: only the regime's ceiling matters here
-    reference = {"reference": lambda x, g: rmsnorm_reference(x, g, bm.EPS)}
+    reference = {"reference": lambda x, g: rmsnorm_reference(x, g, EPS)}
     rows = sm.measure_point(
         point, ["reference"], device, FakeTimers(), repeat=1, impl_factory=_factory(reference), log=_quiet
     )
-    row = next(r for r in rows if r.mode == bm.FWD)
+    row = next(r for r in rows if r.mode == FWD)
     nbytes = 2 * 4 * 1024 * 2 + 1024 * 2
     assert row.ok and row.bytes == nbytes and row.checked_rows == 4 and row.repeat == 1
     assert (row.point, row.regime, row.origin, row.split) == ("large:bfloat16:4x1024", "large", "sweep", "fit")
@@ -140,7 +142,7 @@ def test_a_row_holds_both_times_its_bandwidth_and_its_share_of_the_ceiling(devic
 def test_a_wrong_implementation_fails_its_check_and_is_not_timed(device):
     point = Point("tiny", "tiny", 5, 257, "float32")
     timers = FakeTimers()
-    wrong = {"wrong": lambda x, g: forward_block_mean(x, g, bm.EPS)}
+    wrong = {"wrong": lambda x, g: forward_block_mean(x, g, EPS)}
     fwd, fwd_bwd = sm.measure_point(point, ["wrong"], device, timers, impl_factory=_factory(wrong), log=_quiet)
     assert not fwd.ok and "y outside tolerance" in fwd.detail and fwd.gpu_us is None and timers.verified == []
     assert not fwd_bwd.ok and fwd_bwd.detail.startswith("raised")
@@ -151,7 +153,7 @@ def test_a_timing_that_raises_leaves_the_row_checked_but_untimed_and_says_why(de
         raise RuntimeError("CUDA out of memory\n  more")
 
     point = Point("tiny", "tiny", 3, 64, "float32")
-    reference = {"reference": lambda x, g: rmsnorm_reference(x, g, bm.EPS)}
+    reference = {"reference": lambda x, g: rmsnorm_reference(x, g, EPS)}
     rows = sm.measure_point(point, ["reference"], device, boom, impl_factory=_factory(reference), log=_quiet)
     assert all(r.ok and r.gpu_us is None and r.whole_us is None for r in rows)
     assert {r.gpu_note for r in rows} == {"timing raised RuntimeError: CUDA out of memory"}
@@ -189,10 +191,10 @@ def test_cuda_timers_put_the_inputs_back_between_the_two_times(monkeypatch):
     monkeypatch.setattr(timers, "gpu", lambda call, restore, verify: (order.append("gpu"), (1e-4, sm.GRAPH, ""))[1])
     timing = timers(lambda: None, lambda: order.append("restore"), lambda out: None)
     assert order == ["whole", "restore", "gpu"]
-    assert timing == bm.Timing(2e-4, 1e-4, 5e-5, sm.GRAPH, "")
+    assert timing == Timing(2e-4, 1e-4, 5e-5, sm.GRAPH, "")
 
 
 def test_the_protocol_names_the_settings_of_the_run():
     p = sm.protocol(whole_s=0.05, rep_ms=30)
     assert "about 50 ms" in p["whole_call"] and "rep=30 ms" in p["gpu_time"]
-    assert p["liger_settings"] == bm.LIGER_SETTINGS
+    assert p["liger_settings"] == LIGER_SETTINGS

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from benchmarks.impls import FWD, FWD_BWD
+from benchmarks.rows import bytes_moved
 from benchmarks.sweep import points as sp
-from rmsnorm_kernel.checks import benchmark as bm
 
 MiB = 1 << 20
 #: float16 and float32 points, written out: every fourth N of the sorted sweep from the fourth on.
@@ -105,6 +106,6 @@ def test_definition_hash_names_the_list_of_points():
 def test_the_byte_model_of_a_sweep_point():
     p = sp.Point("large", "sweep", 65536, 4096, "bfloat16")
     # forward: read x, write y (2 * 65536 * 4096 bf16) + read gamma (4096 bf16)
-    assert bm.bytes_moved(bm.FWD, p.M, p.N, torch.bfloat16) == 1_073_741_824 + 8_192
+    assert bytes_moved(FWD, p.M, p.N, torch.bfloat16) == 1_073_741_824 + 8_192
     # forward + backward: x, y; x, dy, dx (5 * 65536 * 4096 bf16) + gamma, dgamma
-    assert bm.bytes_moved(bm.FWD_BWD, p.M, p.N, torch.bfloat16) == 2_684_354_560 + 16_384
+    assert bytes_moved(FWD_BWD, p.M, p.N, torch.bfloat16) == 2_684_354_560 + 16_384

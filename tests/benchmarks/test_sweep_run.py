@@ -14,12 +14,14 @@ import time
 import pytest
 
 from benchmarks.common import write_json
+from benchmarks.impls import MODES, make_impl
+from benchmarks.rows import Result
 from benchmarks.sweep import figures as sf
 from benchmarks.sweep import measure as sm
 from benchmarks.sweep import report as sr
 from benchmarks.sweep import run as sweep
 from benchmarks.sweep.points import sweep_points
-from rmsnorm_kernel.checks import benchmark as bm
+from benchmarks.timing import no_timer
 from rmsnorm_kernel.checks import clean
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from tests.helpers import DEVICE, ROOT
@@ -120,8 +122,8 @@ def _fake_points(monkeypatch, ok=True, timed=True):
     def measure_point(point, impls, device, timer, repeat, impl_factory, log):
         rows = []
         for impl in impls:
-            for mode in bm.MODES:
-                r = bm.Result("", 1, 1, "", mode, impl, ok or impl != "triton", "", 0.0, 0.0, 8)
+            for mode in MODES:
+                r = Result("", 1, 1, "", mode, impl, ok or impl != "triton", "", 0.0, 0.0, 8)
                 r.events_us = r.gpu_us = r.host_us = 10.0 if timed else None
                 rows.append(sm.Row.of(point, r, repeat))
         return rows
@@ -199,7 +201,7 @@ def test_a_signal_stops_the_sweep_after_the_point_in_progress_and_keeps_what_it_
     def factory(name, device):
         if name == "triton" and not written:  # during the first point: Ctrl+C
             os.kill(os.getpid(), signal.SIGINT)
-        return bm.make_impl(name, device)
+        return make_impl(name, device)
 
     with sweep.stop_on_signal() as stop:
         rows, _, remaining = sweep.run_points(
@@ -207,7 +209,7 @@ def test_a_signal_stops_the_sweep_after_the_point_in_progress_and_keeps_what_it_
             [],
             ["triton"],
             DEVICE,
-            bm.no_timer,
+            no_timer,
             write=lambda *a: written.append(a),
             impl_factory=factory,
             log=lambda line: None,

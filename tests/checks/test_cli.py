@@ -3,13 +3,11 @@ problems that exit 2. In-process through ``main``, except the tests whose subjec
 
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
 import torch
 
-import rmsnorm_kernel.checks
 from rmsnorm_kernel import rmsnorm
 from rmsnorm_kernel.checks import campaigns, compile_report, exercise, gradients, negative, profile
 from rmsnorm_kernel.checks.cli import main
@@ -248,58 +246,14 @@ def test_clean_requires_a_scope(capsys):
 
 
 # --------------------------------------------------------------------------------------------------
-# benchmark hook and usage
+# usage
 
 
-def test_benchmark_without_its_module_exits_2(capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "rmsnorm_kernel.checks.benchmark", None)  # makes the import fail
-    monkeypatch.delattr(rmsnorm_kernel.checks, "benchmark", raising=False)
-    rc, _, err = run_cli(capsys, "benchmark", "--quick")
-    assert rc == 2 and "rmsnorm_kernel.checks.benchmark is not available" in err
-
-
-def test_benchmark_options_and_run_come_from_its_module(capsys, monkeypatch):
-    seen = {}
-
-    def fake_run(args):
-        seen["rows"] = args.rows
-        return 3
-
-    fake = types.ModuleType("rmsnorm_kernel.checks.benchmark")
-    fake.add_arguments = lambda parser: parser.add_argument("--rows", type=int, default=1)
-    fake.run = fake_run
-    monkeypatch.setitem(sys.modules, "rmsnorm_kernel.checks.benchmark", fake)
-    monkeypatch.setattr(rmsnorm_kernel.checks, "benchmark", fake, raising=False)
-    assert main(["benchmark", "--rows", "7"]) == 3
-    assert seen == {"rows": 7}
+@pytest.mark.parametrize("command", ["benchmark", "benchmark-sweep"])
+def test_the_measurements_are_no_commands_of_the_package(capsys, command):
     with pytest.raises(SystemExit) as exc:
-        main(["benchmark", "--help"])
-    assert exc.value.code == 0 and "--rows" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    "argv, words",
-    [
-        (["--impls", ","], "argument --impls: ',' names no implementation"),
-        (["--impls", "triton,cuda"], "argument --impls: unknown cuda"),
-        (["--samples", "-1"], "argument --samples: -1 is too small; accepted: 1 or more"),
-        (["--warmup", "-1"], "argument --warmup: -1 is too small; accepted: 0 or more"),
-        (["--calls", "x"], "argument --calls: 'x' is not a number"),
-    ],
-)
-def test_benchmark_usage_mistakes_are_one_line_and_exit_2_before_any_work(tmp_path, capsys, argv, words):
-    with pytest.raises(SystemExit) as exc:
-        main(["benchmark", *argv, "--outputs", str(tmp_path / "out")])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert exc.value.code == 2 and len(err) == 1
-    assert err[0].startswith("rmsnorm-kernel benchmark: ") and words in err[0]
-    assert not (tmp_path / "out").exists()
-
-
-def test_the_sweep_is_no_command_of_the_package(capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(["benchmark-sweep", "--plan"])
-    assert exc.value.code == 2 and "invalid choice: 'benchmark-sweep'" in capsys.readouterr().err
+        main([command, "--quick"])
+    assert exc.value.code == 2 and f"invalid choice: '{command}'" in capsys.readouterr().err
 
 
 def test_no_command_prints_help_and_exits_2(capsys):
@@ -313,10 +267,9 @@ def test_unknown_option_is_refused(capsys):
     assert exc.value.code == 2 and "--fast" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["exercise"], ["benchmark"]])
-def test_an_outputs_folder_that_cannot_be_written_is_refused_with_one_line_before_any_work(tmp_path, capsys, argv):
+def test_an_outputs_folder_that_cannot_be_written_is_refused_with_one_line_before_any_work(tmp_path, capsys):
     (tmp_path / "file").write_text("kept")
-    assert main([*argv, "--outputs", str(tmp_path / "file" / "x")]) == 2
+    assert main(["exercise", "--outputs", str(tmp_path / "file" / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith(
         f"--outputs {tmp_path}/file/x cannot be written (Not a directory); "

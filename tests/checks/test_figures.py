@@ -1,4 +1,4 @@
-"""Figures from training runs, check reports and benchmark results; missing inputs are reported, not fatal."""
+"""Figures from training runs and check reports; missing inputs are reported, not fatal."""
 
 import json
 
@@ -107,65 +107,16 @@ def test_check_errors_figure_with_a_corrupt_report_fails_without_raising(tmp_pat
     assert result.status == "failed" and "is not a check report" in result.detail
 
 
-def benchmark_records(timed=True):
-    rows = []
-    for shape, m, n in (("1024x257", 1024, 257), ("4096x4096", 4096, 4096)):
-        for mode in ("fwd", "fwd+bwd"):
-            for impl in ("triton", "reference"):
-                us = 10.0 * (2 if impl == "reference" else 1) if timed else None
-                rows.append(
-                    {
-                        "shape": shape,
-                        "M": m,
-                        "N": n,
-                        "dtype": "float16",
-                        "mode": mode,
-                        "impl": impl,
-                        "ok": True,
-                        "events_us": us,
-                        "bandwidth_tbps": (1.0 / us if timed else None),
-                        "max_abs": 0.0,
-                    }
-                )
-    return {"timed": timed, "device": "GPU", "ceiling_tbps": 4.0, "results": rows}
-
-
-def test_benchmark_figure_from_benchmark_results(tmp_path):
-    path = tmp_path / "benchmark.json"
-    path.write_text(json.dumps(benchmark_records()))
-    result = figures.benchmark_figure(path, tmp_path / "b.png")
-    assert result.status == "written" and is_png(result.path)
-    assert {"fwd bandwidth_tbps triton", "fwd+bwd events_us reference"} <= set(result.series)
-
-
-@pytest.mark.parametrize(
-    "content,status,words",
-    [
-        (None, "skipped", "no "),
-        ("[1, 2", "failed", "not readable JSON"),
-        (json.dumps({"answer": 42}), "failed", "no list of result records"),
-        (json.dumps(benchmark_records(timed=False)), "skipped", "no timings"),
-    ],
-)
-def test_benchmark_figure_reports_unusable_inputs(tmp_path, content, status, words):
-    path = tmp_path / "benchmark.json"
-    if content is not None:
-        path.write_text(content)
-    result = figures.benchmark_figure(path, tmp_path / "b.png")
-    assert result.status == status and words in result.detail
-
-
 def test_figures_command_with_every_input(tmp_path, runs_dir, capsys):
     outputs = tmp_path / "outputs"
     assert main(["check-gamma", "--quick", "--outputs", str(outputs)]) == 0
-    (outputs / "benchmark.json").write_text(json.dumps(benchmark_records()))
     rc = main(["figures", "--outputs", str(outputs), "--runs", str(runs_dir)])
     out = capsys.readouterr().out
     assert rc == 0, out
     rep = json.loads((outputs / "figures.json").read_text())
     assert {f["name"]: f["status"] for f in rep["figures"]} == {name: "written" for name in figures.FIGURES}
     assert all(is_png(outputs / "figures" / name) for name in figures.FIGURES)
-    assert set(figures.FIGURES) == {"training_mse.png", "check_errors.png", "benchmark.png"}  # the sweep draws its own
+    assert set(figures.FIGURES) == {"training_mse.png", "check_errors.png"}  # the measurements draw their own
 
 
 def test_figures_command_with_no_inputs_reports_each_and_fails(tmp_path, capsys):
@@ -185,3 +136,9 @@ def test_figures_help_says_what_each_figure_shows(capsys):
     for name in figures.FIGURES:
         assert name in out
     assert "train/mse" in out and "atol" in out
+
+
+def test_figures_takes_no_benchmark_file(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["figures", "--outputs", str(tmp_path), "--benchmark", str(tmp_path / "benchmark.json")])
+    assert exc.value.code == 2 and "unrecognized arguments: --benchmark" in capsys.readouterr().err

@@ -4,7 +4,6 @@ import json
 import math
 from dataclasses import dataclass
 
-import pytest
 import torch
 
 from rmsnorm_kernel.checks import report
@@ -73,19 +72,3 @@ def test_table_aligns_chosen_columns_right_and_separates_groups():
         "",
         "c         2",
     ]
-
-
-def test_a_command_line_mistake_is_one_line_and_exit_2(capsys):
-    parser = report.OneLineParser(prog="prog")
-    parser.add_argument("--samples", type=report.at_least(1), default=1)
-    parser.add_argument("--ms", type=report.at_least(0.5, float), default=1.0)
-    assert parser.parse_args(["--samples", "3", "--ms", "0.5"]).samples == 3
-    for argv, words in (
-        (["--samples", "0"], "argument --samples: 0 is too small; accepted: 1 or more"),
-        (["--samples", "1.5"], "argument --samples: '1.5' is not a number; accepted: 1 or more"),
-        (["--ms", "nan"], "argument --ms: nan is too small; accepted: 0.5 or more"),
-        (["--fast"], "unrecognized arguments: --fast"),
-    ):
-        with pytest.raises(SystemExit) as exc:
-            parser.parse_args(argv)
-        assert exc.value.code == 2 and capsys.readouterr().err == f"prog: {words}\n"

@@ -12,6 +12,8 @@ Generated, relative to the project root (``<name>`` is any run name, ``<k>``, ``
 - ``outputs/<command>.json``: a check command's report (``report.write_report``), for the commands of
   ``REPORT_COMMANDS``;
 - ``outputs/figures/<figure>.png`` for the figures of ``FIGURE_FILES`` (``figures.FIGURES``);
+- the files of the benchmark (``python -m benchmarks.benchmark``, outside the package):
+  ``outputs/benchmark.json`` and ``outputs/figures/benchmark.png`` (``BENCHMARK_FILES``);
 - the files of the benchmark sweep (``python -m benchmarks.sweep``, outside the package): a run's
   ``outputs/benchmark-sweep.run.json`` (``.run.after<n>.json`` for a run with ``--skip-done``), its
   ``.tmp`` while being written and an earlier run's file kept as ``.json.prev<n>``; the merge's
@@ -76,10 +78,11 @@ REPORT_COMMANDS = (
     "figures",
     "check-checkpoints",
     "clean",
-    "benchmark",
 )
 #: The PNG files of the ``figures`` command (``figures.FIGURES``).
-FIGURE_FILES = ("training_mse.png", "check_errors.png", "benchmark.png")
+FIGURE_FILES = ("training_mse.png", "check_errors.png")
+#: The benchmark's files, by the names ``benchmarks.benchmark`` gives them (a test checks they agree).
+BENCHMARK_FILES = (r"outputs/benchmark\.json", r"outputs/figures/benchmark\.png")
 #: The benchmark sweep's files, by the names ``benchmarks.sweep`` gives them (a test checks they agree).
 SWEEP_FILES = (
     r"outputs/benchmark-sweep\.run(?:\.after\d+)?\.(?:json|tmp)(?:\.prev\d+)?",
@@ -103,6 +106,7 @@ _STATIC_PATTERNS = [
     for p in (
         r"outputs/(?:{})\.json".format("|".join(re.escape(c) for c in REPORT_COMMANDS)),
         r"outputs/figures/(?:{})".format("|".join(re.escape(f) for f in FIGURE_FILES)),
+        *BENCHMARK_FILES,
         *SWEEP_FILES,
         r"outputs/compile-report/inductor_output_\d+\.py",
         rf"{_HYDRA}/multirun\.yaml",

@@ -3,7 +3,8 @@
 Every command prints a table, writes a JSON report to ``<outputs>/<command>.json`` (``--outputs``,
 default ``outputs/`` in the current directory) and exits 0 when its checks hold, 1 when one fails,
 2 on a usage problem. The checks live in one module per command family (``campaigns``, ``negative``,
-``checkpoint_audit``...); this module parses, prints and writes.
+``checkpoint_audit``...); this module parses, prints and writes. Timing the kernels is not one of these
+commands: ``python -m benchmarks.benchmark``, from the repository.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from ..ops.backend import backend, kernel_device_type
 from ..ops.tolerances import TOLERANCES
 from . import campaigns, checkpoint_audit, compile_report, environment, exercise, figures, gradients, negative, profile
-from .report import OneLineParser, cell, digits, dtype_name, format_table, outputs_problem, verdict, write_report
+from .report import cell, digits, dtype_name, format_table, outputs_problem, verdict, write_report
 
 #: The check commands whose reports the figures read, with the campaign each runs.
 CAMPAIGN_COMMANDS = {"check-forward": "forward", "check-backward": "dx", "check-gamma": "dgamma"}
@@ -252,7 +253,7 @@ def cmd_compile_report(args) -> int:
 def cmd_figures(args) -> int:
     print("== figures ==\n")
     reports = {CAMPAIGN_LABELS[c]: args.outputs / f"{cmd}.json" for cmd, c in CAMPAIGN_COMMANDS.items()}
-    results = figures.make_figures(args.outputs / "figures", args.runs, reports, args.benchmark)
+    results = figures.make_figures(args.outputs / "figures", args.runs, reports)
     print(format_table(["figure", "status", "detail"], [(r.name, r.status, r.detail) for r in results]))
     written = [r for r in results if r.status == "written"]
     failed = [r for r in results if r.status == "failed"]
@@ -334,23 +335,6 @@ def cmd_clean(args) -> int:
         )
         print(f"report: {path}")
     return FAILED if failed else OK
-
-
-def cmd_benchmark(args, extra: list[str]) -> int:
-    try:
-        from . import benchmark
-    except ImportError as exc:
-        print(
-            f"benchmark: the module rmsnorm_kernel.checks.benchmark is not available ({exc}); "
-            "it defines this command's options and runs it",
-            file=sys.stderr,
-        )
-        return USAGE
-    parser = OneLineParser(
-        prog="rmsnorm-kernel benchmark", description=(benchmark.__doc__ or "").strip().split("\n")[0] or None
-    )
-    benchmark.add_arguments(parser)
-    return int(benchmark.run(parser.parse_args(extra)))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -437,14 +421,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(
         "figures",
         cmd_figures,
-        "PNG figures into <outputs>/figures from the training runs, the check reports and the benchmark",
+        "PNG figures into <outputs>/figures from the training runs and the check reports",
         epilog="figures:\n" + figure_help + "\n\nA figure whose inputs are missing is reported as skipped.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--runs", type=Path, default=Path("runs"), help="TensorBoard run directories of the training (default: runs)"
     )
-    p.add_argument("--benchmark", type=Path, default=None, help="benchmark results (default: <outputs>/benchmark.json)")
     p = add(
         "check-checkpoints",
         cmd_check_checkpoints,
@@ -484,25 +467,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("."),
         help="the project root; must hold this project's pyproject.toml (default: .)",
     )
-    # Its options are defined by rmsnorm_kernel.checks.benchmark, imported only when this command runs.
-    sub.add_parser(
-        "benchmark", help="time the kernels (options: rmsnorm-kernel benchmark --help)", add_help=False
-    ).set_defaults(handler=None)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return USAGE
-    if args.command == "benchmark":
-        return cmd_benchmark(args, extra)
-    if extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    if getattr(args, "benchmark", "absent") is None:
-        args.benchmark = args.outputs / "benchmark.json"
     problem = outputs_problem(args.outputs) if args.outputs is not None and args.command != "clean" else None
     if problem is not None:  # (clean checks its own --outputs: it must lie outside what it cleans)
         print(f"rmsnorm-kernel {args.command}: {problem}", file=sys.stderr)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import json
@@ -114,30 +113,3 @@ def write_report(outputs: Path, command: str, ok: bool, body: dict) -> Path:
     }
     path.write_text(json.dumps(jsonable(report), indent=2) + "\n")
     return path
-
-
-# --------------------------------------------------------------------------------------------------
-# Command lines
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose usage mistakes end in one line on stderr and exit status 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: {message}\n")
-
-
-def at_least(minimum: float, kind: type = int):
-    """An argparse ``type``: a number of ``kind`` no smaller than ``minimum``."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number; accepted: {minimum} or more") from None
-        if not value >= minimum:
-            raise argparse.ArgumentTypeError(f"{text} is too small; accepted: {minimum} or more")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse names the type in its messages
-    return parse
