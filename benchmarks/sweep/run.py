@@ -48,6 +48,7 @@ from pathlib import Path
 import torch
 import triton
 
+from rmsnorm_kernel.checks.figures import FigureResult
 from rmsnorm_kernel.checks.report import outputs_problem
 from rmsnorm_kernel.ops.backend import CUDA, backend
 
@@ -209,7 +210,10 @@ def merge_files(paths: Sequence[Path], outputs: Path) -> int:
     merged = report.merge(report.load_runs(paths))
     json_path, md_path = report.write_merged(merged, outputs)
     (Path(outputs) / "figures").mkdir(exist_ok=True)
-    fig = figures.sweep_figure(json_path, Path(outputs) / "figures" / figures.FIGURE)
+    try:
+        fig = figures.sweep_figure(json_path, Path(outputs) / "figures" / figures.FIGURE)
+    except Exception as exc:  # a drawing bug must not hide the merged results
+        fig = FigureResult(figures.FIGURE, "failed", f"{type(exc).__name__}: {exc}")
     print(md_path.read_text())
     print(f"wrote {json_path}, {md_path}; figure {fig.name}: {fig.status} ({fig.detail})")
     wrong = [r for r in merged["rows"] if r["impl"] == "triton" and not r.get("ok")]

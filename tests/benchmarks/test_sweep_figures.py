@@ -33,3 +33,13 @@ def test_a_file_that_is_not_the_sweeps_fails_without_raising(tmp_path):
     result = sf.sweep_figure(path, tmp_path / "s.png")
     assert result.status == "failed" and "is not a sweep file" in result.detail
     assert not (tmp_path / "s.png").exists()
+
+
+def test_tiny_points_timed_on_a_gpu_are_skipped_by_the_figure_not_drawn_into_zero_panels(tmp_path):
+    point = sweep_points("tiny")[0].id
+    rows = [sf_row | {"gpu_tbps": 0.5} for sf_row in tiny_rows(point)]
+    path = tmp_path / "benchmark-sweep.json"
+    path.write_text(json.dumps(sweep_run(rows, shapes="tiny") | {"kind": MERGED_KIND}))
+    result = sf.sweep_figure(path, tmp_path / "t.png")
+    assert result.status == "skipped" and "no timed row of the large or mid regime" in result.detail
+    assert not (tmp_path / "t.png").exists()

@@ -90,6 +90,18 @@ def test_a_tiny_sweep_writes_its_run_file_and_merges_it(tmp_path, capsys):
     assert rc == 0 and json.loads((tmp_path / sr.MERGED_JSON).read_text())["rows"] == merged["rows"]
 
 
+def test_a_figure_that_raises_is_one_failed_line_and_the_merge_still_ends(tmp_path, capsys, monkeypatch):
+    write_json(tmp_path / "benchmark-sweep.run.json", sweep_run(tiny_rows(TINY_IDS[0]), shapes="tiny"))
+
+    def broken(json_path, out):
+        raise ValueError("Number of columns must be a positive integer, not 0")
+
+    monkeypatch.setattr(sf, "sweep_figure", broken)
+    rc, out, err = run_main(capsys, "--merge", "--outputs", tmp_path)
+    assert rc == 0 and (tmp_path / sr.MERGED_JSON).is_file()
+    assert f"figure {sf.FIGURE}: failed (ValueError: Number of columns" in out and "Traceback" not in out + err
+
+
 @no_gpu_only
 def test_skip_done_runs_only_what_an_earlier_run_left_and_merges_both(tmp_path, capsys):
     earlier = tmp_path / "earlier.json"
