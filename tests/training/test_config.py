@@ -1,5 +1,6 @@
 """The Hydra configuration through Hydra's compose API: groups, overrides, typed and range errors."""
 
+import os
 import subprocess
 import sys
 
@@ -7,7 +8,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ValidationError
 
-from rmsnorm_kernel.training.config import ConfigError, validate
+from rmsnorm_kernel.training.config import STRATEGIES, ConfigError, check_path, check_processes, validate
 from tests.helpers import compose_cfg
 
 
@@ -71,9 +72,9 @@ def test_unknown_key_is_refused():
         ("trainer.max_steps=0", r"trainer.max_steps is 0"),
         ("data.batch_size=-1", r"data.batch_size is -1; accepted: an integer >= 1"),
         ("data.batch_size=4096", r"data.batch_size is 4096, larger than data.train_size"),
-        ("model.lr=0", r"model.lr is 0.0; accepted: a number > 0"),
-        ("norm.eps=-1e-6", r"norm.eps is -1e-06; accepted: a number > 0"),
-        ("data.noise=-0.1", r"data.noise is -0.1; accepted: a number >= 0"),
+        ("model.lr=0", r"model.lr is 0.0; accepted: a finite number > 0 that float32 holds"),
+        ("norm.eps=-1e-6", r"norm.eps is -1e-06; accepted: a finite number > 0 that float32 holds"),
+        ("data.noise=-0.1", r"data.noise is -0.1; accepted: a finite number >= 0 that float32 holds"),
         ("norm.fallback=triton", r"norm.fallback is 'triton'; accepted: null or reference"),
         ("trainer.precision=fp8", r"trainer.precision is 'fp8'"),
         (
@@ -88,6 +89,172 @@ def test_out_of_range_values_are_refused_by_validate(override, message):
     cfg = compose_cfg([override])
     with pytest.raises(ConfigError, match=message):
         validate(cfg)
+
+
+@pytest.fixture(scope="module")
+def base_cfg():
+    return compose_cfg()
+
+
+def refusal(cfg, **values):
+    """The one line ``validate`` refuses ``cfg`` with, after setting ``values`` ("data.seed": -1)."""
+    from omegaconf import OmegaConf
+
+    cfg = cfg.copy()
+    for key, value in values.items():
+        OmegaConf.update(cfg, key, value)
+    with pytest.raises(ConfigError) as info:
+        validate(cfg)
+    line = str(info.value)
+    assert "\n" not in line
+    return line
+
+
+@pytest.mark.parametrize("key", ["seed", "data.seed"])
+@pytest.mark.parametrize("value", [-1, 2**32, 2**70])
+def test_seeds_outside_numpys_range_are_refused(base_cfg, key, value):
+    assert (
+        refusal(base_cfg, **{key: value}) == f"{key} is {value}; accepted: an integer from 0 to 4294967295 (2**32 - 1)"
+    )
+
+
+@pytest.mark.parametrize("key", ["seed", "data.seed"])
+def test_seeds_at_the_ends_of_the_range_are_accepted(base_cfg, key):
+    from omegaconf import OmegaConf
+
+    for value in (0, 2**32 - 1):
+        cfg = base_cfg.copy()
+        OmegaConf.update(cfg, key, value)
+        validate(cfg)
+
+
+@pytest.mark.parametrize("key", ["norm.eps", "model.lr"])
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf", 0.0, 1e-50, 1e-39, 1e39])
+def test_positive_floats_must_be_finite_and_held_by_float32(base_cfg, key, value):
+    value = float(value)
+    assert refusal(base_cfg, **{key: value}) == (
+        f"{key} is {value}; accepted: a finite number > 0 that float32 holds (1.1754944e-38 to 3.4028235e+38)"
+    )
+
+
+@pytest.mark.parametrize("value", [1.2e-38, 1e-6, 0.5, 3.4e38])
+def test_eps_inside_float32s_normal_range_is_accepted(base_cfg, value):
+    from omegaconf import OmegaConf
+
+    cfg = base_cfg.copy()
+    OmegaConf.update(cfg, "norm.eps", value)
+    OmegaConf.update(cfg, "model.lr", value)
+    validate(cfg)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", 1e39])
+def test_noise_must_be_finite_in_float32(base_cfg, value):
+    line = refusal(base_cfg, **{"data.noise": float(value)})
+    assert line.startswith(f"data.noise is {float(value)}; accepted: a finite number >= 0 that float32 holds (0 or ")
+
+
+def ddp(cfg, devices=2, nodes=1, **values):
+    return {"trainer.strategy": "ddp", "trainer.devices": devices, "trainer.num_nodes": nodes, **values}
+
+
+@pytest.mark.parametrize("key", ["data.val_size", "data.test_size"])
+def test_each_process_needs_a_row_of_every_evaluation_split(base_cfg, key):
+    assert refusal(base_cfg, **ddp(base_cfg, **{key: 1})) == (
+        f"{key} is 1, fewer rows than the 2 processes (trainer.devices 2 x trainer.num_nodes 1); "
+        "accepted: an integer >= 2"
+    )
+    line = refusal(base_cfg, **ddp(base_cfg, devices="2", nodes=3, **{key: 5}))
+    assert line.startswith(f"{key} is 5, fewer rows than the 6 processes (trainer.devices 2 x trainer.num_nodes 3)")
+    # under the strategy's automatic choice, 2 devices are 2 processes too
+    assert refusal(base_cfg, **{"trainer.devices": 2, key: 1}).startswith(f"{key} is 1, fewer rows than the 2")
+
+
+def test_the_global_batch_must_fit_in_the_training_split(base_cfg):
+    assert refusal(base_cfg, **ddp(base_cfg, **{"data.batch_size": 1025})) == (
+        "data.batch_size is 1025 x 2 processes = 2050, larger than data.train_size 2048; accepted: a batch size "
+        "<= 1024 (the training split over the processes)"
+    )
+    check_processes(base_cfg, 64)  # 32 x 64 = 2048 rows: exactly one global batch
+    with pytest.raises(ConfigError, match="data.batch_size is 32 x 65 processes = 2080"):
+        check_processes(base_cfg, 65)
+
+
+def test_splits_of_one_row_are_enough_for_one_process(base_cfg):
+    from omegaconf import OmegaConf
+
+    cfg = base_cfg.copy()
+    OmegaConf.update(cfg, "data.val_size", 1)
+    OmegaConf.update(cfg, "data.test_size", 1)
+    validate(cfg)
+
+
+@pytest.mark.parametrize("devices", [0, -2, "two", "", True])
+def test_device_counts_lightning_refuses_are_refused(base_cfg, devices):
+    line = refusal(base_cfg, **{"trainer.devices": devices})
+    assert line.startswith(f"trainer.devices is {devices!r}; accepted: an integer >= 1, -1 or auto")
+
+
+def test_unknown_accelerators_and_strategies_are_refused(base_cfg):
+    assert refusal(base_cfg, **{"trainer.accelerator": "tpuu"}).startswith(
+        "trainer.accelerator is 'tpuu'; accepted: auto, cpu, gpu, cuda, mps"
+    )
+    assert refusal(base_cfg, **{"trainer.strategy": "fsdp"}).startswith(
+        "trainer.strategy is 'fsdp'; accepted: auto, single_device or a ddp strategy"
+    )
+    assert refusal(base_cfg, **{"trainer.strategy": "single_device", "trainer.devices": 2}).startswith(
+        "trainer.strategy is 'single_device' with 2 processes"
+    )
+
+
+@pytest.mark.slow  # imports Lightning: seconds on its own
+def test_the_accepted_strategies_are_lightnings():
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    assert set(STRATEGIES) - {"auto"} <= set(StrategyRegistry.available_strategies())
+
+
+def test_a_row_wider_than_the_kernels_is_refused_on_the_triton_path_only(base_cfg):
+    assert refusal(base_cfg, **{"model.hidden_dim": 65537}) == (
+        "model.hidden_dim is 65537 with norm=triton; accepted: an integer <= 65536 (the kernels' widest row), "
+        "or norm=reference"
+    )
+    from omegaconf import OmegaConf
+
+    cfg = base_cfg.copy()
+    OmegaConf.update(cfg, "norm.impl", "reference")
+    OmegaConf.update(cfg, "model.hidden_dim", 65537)
+    validate(cfg)
+
+
+@pytest.mark.parametrize("key", ["paths.runs", "paths.checkpoints"])
+def test_a_folder_name_longer_than_the_file_system_allows_is_refused(base_cfg, tmp_path, key):
+    line = refusal(base_cfg, **{key: str(tmp_path / "n" / ("x" * 256))})
+    assert line == (
+        f"{key} has a folder name of 256 bytes ({'x' * 24}...); accepted: names of at most "
+        f"{os.pathconf(tmp_path, 'PC_NAME_MAX')} bytes (the file system's limit)"
+    )
+    assert not (tmp_path / "n").exists()  # nothing written
+
+
+def test_names_are_measured_in_bytes(tmp_path):
+    check_path("paths.runs", tmp_path / ("x" * 255))
+    with pytest.raises(ConfigError, match="paths.runs has a folder name of 256 bytes"):
+        check_path("paths.runs", tmp_path / ("é" * 128))  # 128 characters, 256 bytes
+
+
+@pytest.mark.parametrize("key", ["paths.runs", "paths.checkpoints"])
+def test_a_path_longer_than_the_file_system_allows_is_refused(base_cfg, tmp_path, key):
+    path = tmp_path / "/".join(["d" * 200] * 21)
+    line = refusal(base_cfg, **{key: str(path)})
+    size, most = len(os.fsencode(str(path))), os.pathconf(tmp_path, "PC_PATH_MAX") - 255
+    assert size > most
+    assert line == (
+        f"{key} is a path of {size} bytes ({str(path)[:32]}...); accepted: at most {most} bytes "
+        f"(the file system's {most + 255} less 255 for the run's folders and files)"
+    )
+    fits = tmp_path / "/".join(["d" * 200] * ((most - len(os.fsencode(str(tmp_path)))) // 201))
+    check_path(key, fits)  # at most the limit: accepted
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow

@@ -4,19 +4,27 @@ The schema holds types only; the values, the default schedule among them, live o
 It is registered in Hydra's ConfigStore as ``base_config``; ``conf/config.yaml`` lists it first
 in its defaults, so every value from a YAML file or the command line is checked against these types
 when Hydra composes the configuration (a string for ``trainer.max_steps`` fails there, naming the key).
-Ranges (a negative step count, a zero batch size) are checked by ``validate`` before any work starts.
+Ranges (a negative step count, a zero batch size, a NaN, a seed numpy refuses, an eps float32 cannot
+hold, splits too small for the processes, a path longer than the file system allows) are checked by
+``validate`` before any work starts.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from ..ops.contract import MAX_N
 from ..ops.impls import FALLBACKS, IMPLS
+from .paths import project_path
 
 
 @dataclass
@@ -75,6 +83,16 @@ class PathsConfig:
 
 
 @dataclass
+class NameDefaults:
+    """The default network, data and norm values, composed from ``conf/`` untouched by overrides: a run's
+    name (``paths.run_name``) lists the values that differ from them. Not a setting."""
+
+    norm: NormConfig = field(default_factory=NormConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+
+
+@dataclass
 class Config:
     norm: NormConfig = field(default_factory=NormConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -86,6 +104,7 @@ class Config:
     seed: int = MISSING
     compile: bool = MISSING
     ckpt_path: str | None = None
+    name_defaults: NameDefaults = field(default_factory=NameDefaults)
 
 
 def register_configs() -> None:
@@ -98,10 +117,134 @@ def register_configs() -> None:
 register_configs()
 
 PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed")
+#: Lightning's accelerators this run can use.
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+#: Lightning's strategies this run supports: one process, or data parallelism (the data are sharded for DDP).
+STRATEGIES = (
+    "auto",
+    "single_device",
+    "ddp",
+    "ddp_spawn",
+    "ddp_fork",
+    "ddp_notebook",
+    "ddp_find_unused_parameters_false",
+    "ddp_find_unused_parameters_true",
+    "ddp_spawn_find_unused_parameters_false",
+    "ddp_spawn_find_unused_parameters_true",
+    "ddp_fork_find_unused_parameters_false",
+    "ddp_fork_find_unused_parameters_true",
+    "ddp_notebook_find_unused_parameters_false",
+    "ddp_notebook_find_unused_parameters_true",
+)
+#: The seeds ``lightning.seed_everything`` (numpy) accepts; data.seed shares the range.
+SEED_MAX = 2**32 - 1
+#: float32, the dtype of the weights and of the RMSNorm arithmetic under every precision (half formats
+#: are computed in float32): its smallest normal and its largest finite number.
+FLOAT32_TINY = 2.0**-126
+FLOAT32_MAX = (2 - 2.0**-23) * 2.0**127
+#: Bytes below a configured output folder that a run adds: ``<run name>/version_<n>/<file>``.
+RUN_TAIL_BYTES = 255
+#: When the file system does not say (``os.pathconf``): the common limits.
+NAME_MAX, PATH_MAX = 255, 4096
 
 
 class ConfigError(ValueError):
     """A configuration value that has the right type but is outside what the run accepts."""
+
+
+def count_devices(devices: Any, accelerator: str) -> int | None:
+    """The processes per machine that ``trainer.devices`` asks for; ``None`` for a value Lightning refuses.
+
+    ``auto`` and ``-1`` mean every GPU when the run goes to GPUs (``torch.cuda.device_count()``), one
+    process on the CPU; a list, or a string of comma-separated indices, names GPUs.
+    """
+    import torch
+
+    on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    if isinstance(devices, str):
+        text = devices.strip()
+        if text == "auto":
+            devices = -1
+        elif re.fullmatch(r"-?\d+", text):
+            devices = int(text)
+        elif on_gpu and re.fullmatch(r"\d+(\s*,\s*\d+)*\s*,?", text):
+            devices = [int(i) for i in text.split(",") if i.strip()]
+        else:
+            return None
+    if isinstance(devices, bool):
+        return None
+    if isinstance(devices, int):
+        if devices == -1:
+            return max(torch.cuda.device_count(), 1) if on_gpu else 1
+        return devices if devices >= 1 else None
+    if on_gpu and isinstance(devices, Sequence) and devices:
+        indices = list(devices)
+        if all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices):
+            if len(set(indices)) == len(indices):
+                return len(indices)
+    return None
+
+
+def check_processes(cfg: DictConfig, processes: int) -> None:
+    """Refuse splits that do not give each of ``processes`` processes at least one row (a process with
+    none stops the others in their first collective) and a global batch larger than the training split."""
+    if processes > 1:
+        for key in ("data.val_size", "data.test_size"):
+            value = OmegaConf.select(cfg, key)
+            if value < processes:
+                raise ConfigError(
+                    f"{key} is {value}, fewer rows than the {processes} processes (trainer.devices "
+                    f"{processes // cfg.trainer.num_nodes} x trainer.num_nodes {cfg.trainer.num_nodes}); "
+                    f"accepted: an integer >= {processes}"
+                )
+    global_batch = cfg.data.batch_size * processes
+    if global_batch > cfg.data.train_size:
+        across = f" x {processes} processes = {global_batch}" if processes > 1 else ""
+        raise ConfigError(
+            f"data.batch_size is {cfg.data.batch_size}{across}, larger than data.train_size "
+            f"{cfg.data.train_size}; accepted: a batch size <= {cfg.data.train_size // processes} "
+            "(the training split over the processes)"
+        )
+
+
+def check_path(key: str, path: Path) -> None:
+    """Refuse an output folder whose path, or one of its names, is longer than its file system allows,
+    leaving room for the run's own folders and files below it."""
+    existing = path
+    while not os.path.exists(existing) and existing != existing.parent:  # False also for a name too long
+        existing = existing.parent
+
+    def limit(name: str, default: int) -> int:
+        try:
+            return os.pathconf(existing, name)
+        except (OSError, ValueError):
+            return default
+
+    name_max, path_max = limit("PC_NAME_MAX", NAME_MAX), limit("PC_PATH_MAX", PATH_MAX)
+    for part in path.parts:
+        size = len(os.fsencode(part))
+        if size > name_max:
+            raise ConfigError(
+                f"{key} has a folder name of {size} bytes ({part[:24]}...); accepted: names of at most "
+                f"{name_max} bytes (the file system's limit)"
+            )
+    size, most = len(os.fsencode(str(path))), path_max - RUN_TAIL_BYTES
+    if size > most:
+        raise ConfigError(
+            f"{key} is a path of {size} bytes ({str(path)[:32]}...); accepted: at most {most} bytes "
+            f"(the file system's {path_max} less {RUN_TAIL_BYTES} for the run's folders and files)"
+        )
+
+
+def check_float32(key: str, value: float, lowest: str) -> None:
+    """A finite number that float32 holds without turning it into 0 or inf (``lowest``: ``> 0`` or ``>= 0``)."""
+    if lowest == ">= 0" and value == 0:
+        return
+    if not (math.isfinite(value) and FLOAT32_TINY <= value <= FLOAT32_MAX):
+        raise ConfigError(
+            f"{key} is {value}; accepted: a finite number {lowest} that float32 holds "
+            f"({'0 or ' if lowest == '>= 0' else ''}{FLOAT32_TINY:.8g} to {FLOAT32_MAX:.8g})"
+        )
 
 
 def validate(cfg: DictConfig) -> None:
@@ -123,23 +266,48 @@ def validate(cfg: DictConfig) -> None:
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"{key} is {value}; accepted: an integer >= 1")
-    if cfg.data.batch_size > cfg.data.train_size:
-        raise ConfigError(
-            f"data.batch_size is {cfg.data.batch_size}, larger than data.train_size {cfg.data.train_size}; "
-            "accepted: a batch size <= the training split"
-        )
+    for key, value in {"seed": cfg.seed, "data.seed": cfg.data.seed}.items():
+        if not 0 <= value <= SEED_MAX:
+            raise ConfigError(f"{key} is {value}; accepted: an integer from 0 to {SEED_MAX} (2**32 - 1)")
     for key, value in {"model.lr": cfg.model.lr, "norm.eps": cfg.norm.eps}.items():
-        if not value > 0:
-            raise ConfigError(f"{key} is {value}; accepted: a number > 0")
+        check_float32(key, value, "> 0")
+    check_float32("data.noise", cfg.data.noise, ">= 0")
     if cfg.parity.every_n_steps < 0:
         raise ConfigError(
             f"parity.every_n_steps is {cfg.parity.every_n_steps}; accepted: an integer >= 0 (0: only the initial check)"
         )
-    if cfg.data.noise < 0:
-        raise ConfigError(f"data.noise is {cfg.data.noise}; accepted: a number >= 0")
     if cfg.norm.fallback not in FALLBACKS:
         raise ConfigError(f"norm.fallback is {cfg.norm.fallback!r}; accepted: null or reference")
     if cfg.norm.impl not in IMPLS:
         raise ConfigError(f"norm.impl is {cfg.norm.impl!r}; accepted: {', '.join(IMPLS)}")
+    if cfg.norm.impl == "triton" and cfg.model.hidden_dim > MAX_N:
+        raise ConfigError(
+            f"model.hidden_dim is {cfg.model.hidden_dim} with norm=triton; accepted: an integer <= {MAX_N} "
+            "(the kernels' widest row), or norm=reference"
+        )
     if str(cfg.trainer.precision) not in PRECISIONS:
         raise ConfigError(f"trainer.precision is {cfg.trainer.precision!r}; accepted: {', '.join(PRECISIONS)}")
+    if cfg.trainer.accelerator not in ACCELERATORS:
+        raise ConfigError(f"trainer.accelerator is {cfg.trainer.accelerator!r}; accepted: {', '.join(ACCELERATORS)}")
+    if cfg.trainer.strategy not in STRATEGIES:
+        raise ConfigError(
+            f"trainer.strategy is {cfg.trainer.strategy!r}; accepted: auto, single_device or a ddp strategy "
+            "(ddp, ddp_spawn, ddp_fork, ddp_notebook, each with _find_unused_parameters_true/false)"
+        )
+    devices = cfg.trainer.devices
+    plain = OmegaConf.to_container(devices) if OmegaConf.is_config(devices) else devices
+    per_node = count_devices(plain, cfg.trainer.accelerator)
+    if per_node is None:
+        raise ConfigError(
+            f"trainer.devices is {plain!r}; accepted: an integer >= 1, -1 or auto, or on GPUs a list of "
+            "distinct GPU indices"
+        )
+    processes = per_node * cfg.trainer.num_nodes
+    if cfg.trainer.strategy == "single_device" and processes > 1:
+        raise ConfigError(
+            f"trainer.strategy is 'single_device' with {processes} processes (trainer.devices x "
+            "trainer.num_nodes); accepted: 1 process, or a ddp strategy"
+        )
+    check_processes(cfg, processes)
+    for key in ("runs", "checkpoints"):
+        check_path(f"paths.{key}", project_path(cfg.paths[key]))
