@@ -22,7 +22,7 @@ GENERATED_FILES = [
     ".pytest_cache/README.md",
     ".pytest_cache/v/cache/lastfailed",
     "__pycache__/train.cpython-311.pyc",
-    "checkpoints/.write-probe.4242",
+    "checkpoints/.write-probe.4194305",
     "checkpoints/reference_seed1/version_2/.run.lock",
     "checkpoints/reference_seed1/version_2/.step00100.ckpt.4242.tmp",
     "checkpoints/reference_seed1/version_2/hpc_ckpt_1.ckpt",
@@ -60,7 +60,7 @@ GENERATED_FILES = [
     "outputs/hydra/multirun/2026-01-02_03-04-06/0/.hydra/overrides.yaml",
     "outputs/hydra/multirun/2026-01-02_03-04-06/0/train.log",
     "outputs/hydra/multirun/2026-01-02_03-04-06/multirun.yaml",
-    "runs/.write-probe.4242",
+    "runs/.write-probe.4194305",
     "runs/summary_2026-01-02_03-04-07.json",
     "runs/summary_2026-01-02_03-04-07.md",
     "runs/triton_seed0/version_0/events.out.tfevents.1796078879.vm.13718.0",
@@ -218,15 +218,31 @@ def test_links_are_neither_followed_nor_removed(tmp_path):
     assert (root / "checkpoints/triton_seed0/version_0/step00099.ckpt").is_symlink()
 
 
+#: The cleaned files of a tree that are the project's caches, cleaned only at the project's root.
+CACHE_FILES = [p for p in GENERATED_FILES if p.startswith(".pytest_cache/") or "__pycache__/" in p]
+CACHE_FOLDERS = [p for p in REMOVED_FOLDERS if p.startswith(".pytest_cache/") or "__pycache__/" in p]
+
+
 @pytest.mark.parametrize("pyproject", [None, "other_project"])
-def test_clean_refuses_outside_this_project(tmp_path, pyproject):
+def test_outside_the_projects_root_the_generated_folders_are_cleaned_and_the_caches_kept(tmp_path, pyproject):
+    """The commands write relative to where they are started: clean cleans that folder's outputs/, runs/,
+    checkpoints/ and multirun/ wherever it is, and the caches only at the project's root."""
     root = make_tree(tmp_path / "proj", name=pyproject or "x")
     if pyproject is None:
         (root / "pyproject.toml").unlink()
     before = snapshot(root)
-    with pytest.raises(clean.NotTheProject, match="accepted: the root of the rmsnorm_kernel project"):
-        clean.clean_generated(root, dry_run=False)
-    assert snapshot(root) == before
+    removed = {r.path for r in clean.clean_generated(root, dry_run=False) if r.action == "removed"}
+    assert removed == set(GENERATED_FILES + REMOVED_FOLDERS) - set(CACHE_FILES + CACHE_FOLDERS)
+    after = snapshot(root)
+    assert all(after[rel] == before[rel] for rel in CACHE_FILES + USER_FILES + UNTOUCHED_FILES[1:])
+
+
+def test_a_project_folder_that_is_not_a_folder_is_refused(tmp_path):
+    (tmp_path / "file").write_text("x")
+    for where in (tmp_path / "file", tmp_path / "missing"):
+        with pytest.raises(clean.CleanRefused, match="accepted: the folder the commands were started in"):
+            clean.clean_generated(where, dry_run=True)
+    assert (tmp_path / "file").read_text() == "x"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -269,14 +285,49 @@ def test_the_report_goes_only_outside_the_cleaned_folders(project, tmp_path, cap
     assert (project / "outputs" / "notes.txt").read_bytes() == content("outputs/notes.txt")
 
 
-def test_the_command_refuses_outside_the_project(tmp_path, capsys, monkeypatch):
+def test_the_command_cleans_the_folder_it_is_started_in_wherever_it_is(tmp_path, capsys, monkeypatch):
     stranger = tmp_path / "stranger"
     (stranger / "outputs").mkdir(parents=True)
     (stranger / "outputs" / "check-forward.json").write_text("{}")
+    (stranger / "outputs" / "mine.txt").write_text("mine")
+    (stranger / "src" / "__pycache__").mkdir(parents=True)
+    (stranger / "src" / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"\0")
     monkeypatch.chdir(stranger)
-    rc, _, err = run_cli(capsys, "clean", "--scope", "generated")
-    assert rc == 2 and "no pyproject.toml" in err
-    assert (stranger / "outputs" / "check-forward.json").read_text() == "{}"
+    rc, out, _ = run_cli(capsys, "clean", "--scope", "generated")
+    assert rc == 0 and "not the project's root: its caches are not cleaned" in out
+    assert _table(out) == {"outputs/check-forward.json": "removed", "outputs/mine.txt": clean.KEPT_USER}
+    assert not (stranger / "outputs" / "check-forward.json").exists()
+    assert (stranger / "src" / "__pycache__" / "m.cpython-311.pyc").exists()
+    # --project names the folder from anywhere
+    (stranger / "runs").mkdir()
+    (stranger / "runs" / "summary_x.md").write_text("s")
+    monkeypatch.chdir(tmp_path)
+    rc, out, _ = run_cli(capsys, "clean", "--scope", "generated", "--project", stranger)
+    assert rc == 0 and _table(out)["runs/summary_x.md"] == "removed"
+
+
+@pytest.mark.parametrize("problem", ["outputs_is_a_file", "outputs_unwritable", "project_is_a_file", "no_project"])
+def test_every_argument_is_checked_before_anything_is_removed(project, tmp_path, capsys, monkeypatch, problem):
+    monkeypatch.chdir(project)
+    (tmp_path / "a_file").write_text("x")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    argv = {
+        "outputs_is_a_file": ["--outputs", tmp_path / "a_file"],
+        "outputs_unwritable": ["--outputs", locked / "reports"],
+        "project_is_a_file": ["--project", tmp_path / "a_file"],
+        "no_project": ["--project", tmp_path / "missing"],
+    }[problem]
+    if problem == "outputs_unwritable" and os.access(locked, os.W_OK):
+        pytest.skip("this user writes into read-only folders (root)")
+    before = snapshot(project)
+    rc, out, err = run_cli(capsys, "clean", "--scope", "generated", *argv)
+    locked.chmod(0o700)
+    assert (rc, out) == (2, "")
+    assert len(err.strip().splitlines()) == 1 and err.startswith("rmsnorm-kernel clean: --"), err
+    assert "accepted" in err
+    assert snapshot(project) == before
 
 
 # --------------------------------------------------------------------------------------------------
@@ -312,3 +363,108 @@ def test_the_lock_and_probe_files_are_named_as_the_training_names_them(tmp_path)
     for top in ("runs", "checkpoints"):
         assert clean.is_generated_file(tmp_path, f"{top}/{PROBE_PREFIX}{os.getpid()}")
     assert not clean.is_generated_file(tmp_path, f"outputs/{PROBE_PREFIX}1")
+
+
+# --------------------------------------------------------------------------------------------------
+# A run in use: its lock is held by a live process
+
+#: A process id above Linux's largest (pid_max is at most 2**22): no process has it.
+DEAD_PID = 2**22 + 1
+LIVE_RUN = ["checkpoints/triton_seed0/version_0/", "runs/triton_seed0/version_0/"]
+
+
+def _under(paths, folders):
+    return sorted(p for p in paths if any(p.startswith(f) for f in folders))
+
+
+@pytest.fixture
+def held_lock(project):
+    from rmsnorm_kernel.training.checkpoints import RunLock
+
+    lock = RunLock(project / "checkpoints/triton_seed0/version_0")
+    lock.acquire()  # as train.py does: this process is the live run
+    yield lock
+    lock.release()
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_run_whose_lock_is_held_is_kept_whole_and_listed_with_its_process(project, held_lock, dry_run):
+    before = snapshot(project)
+    entries = clean.clean_generated(project, dry_run=dry_run)
+    actions = {r.path: r.action for r in entries}
+    for folder in LIVE_RUN:
+        assert actions[folder].startswith(f"kept: in use by live process {os.getpid()} "), actions[folder]
+        assert "checkpoints/triton_seed0/version_0/.run.lock" in actions[folder]
+    assert _under(actions, LIVE_RUN) == sorted(LIVE_RUN)  # the folders listed, nothing inside them
+    after = snapshot(project)
+    for rel, data in before.items():
+        if any(rel.startswith(f) for f in LIVE_RUN):
+            assert after[rel] == data, rel  # the run's files, its lock included, are as they were
+    # everything else is cleaned as before
+    assert {p for p, a in actions.items() if a in ("removed", "would remove")} == set(
+        GENERATED_FILES + REMOVED_FOLDERS
+    ) - set(_under(GENERATED_FILES, LIVE_RUN))
+
+
+def test_a_held_lock_whose_file_names_a_dead_process_still_keeps_the_run(project, held_lock):
+    """The flock decides, as for train.py: the id in the file is only the message."""
+    held_lock.path.write_text(f"{DEAD_PID}\n")
+    actions = {r.path: r.action for r in clean.clean_generated(project, dry_run=False)}
+    assert actions["checkpoints/triton_seed0/version_0/"].startswith(f"kept: in use by live process {DEAD_PID} ")
+    assert (project / "checkpoints/triton_seed0/version_0/last.ckpt").exists()
+
+
+def test_a_stale_lock_of_a_killed_run_is_removed_with_the_run(project):
+    """A lock file whose process is dead holds no lock (the operating system released it): the run ended."""
+    lock = project / "checkpoints/triton_seed0/version_0/.run.lock"
+    lock.write_text(f"{DEAD_PID}\n")
+    actions = {r.path: r.action for r in clean.clean_generated(project, dry_run=False)}
+    assert actions["checkpoints/triton_seed0/version_0/.run.lock"] == "removed"
+    assert actions["checkpoints/triton_seed0/version_0/last.ckpt"] == "removed"
+    assert not lock.exists()
+
+
+def test_a_run_that_takes_its_lock_after_the_plan_is_kept(project, monkeypatch):
+    from rmsnorm_kernel.training.checkpoints import RunLock
+
+    real_plan = clean.plan
+
+    def plan_then_start_a_run(root):
+        planned = real_plan(root)  # made while no run held the lock
+        RunLock(root / "checkpoints/triton_seed0/version_0").acquire()
+        return planned
+
+    monkeypatch.setattr(clean, "plan", plan_then_start_a_run)
+    actions = {r.path: r.action for r in clean.clean_generated(project, dry_run=False)}
+    assert actions["checkpoints/triton_seed0/version_0/last.ckpt"].startswith("kept: in use by live process")
+    assert actions["runs/triton_seed0/version_0/hparams.yaml"].startswith("kept: in use by live process")
+    assert (project / "checkpoints/triton_seed0/version_0/last.ckpt").exists()
+
+
+def test_folders_and_probes_named_for_a_live_process_are_kept(project):
+    pid = os.getpid()
+    job = project / f"outputs/hydra/2026-01-02_03-04-05-123456_{pid}"
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "hydra.yaml").write_text("x")
+    (job / "train.log").write_text("x")
+    (project / f"runs/.write-probe.{pid}").write_text("")
+    actions = {r.path: r.action for r in clean.clean_generated(project, dry_run=False)}
+    assert actions[job.relative_to(project).as_posix() + "/"].startswith(f"kept: in use by live process {pid} ")
+    assert actions[f"runs/.write-probe.{pid}"].startswith(f"kept: in use by live process {pid} ")
+    assert (job / "train.log").exists()
+
+
+def test_the_command_says_in_its_summary_that_a_live_run_was_kept(project, held_lock, capsys, monkeypatch):
+    monkeypatch.chdir(project)
+    for extra in (["--dry-run"], []):
+        rc, out, _ = run_cli(capsys, "clean", "--scope", "generated", *extra)
+        assert rc == 0
+        assert "2 of them in use by a live process (a running training run) and left whole" in out, out
+        assert _table(out)["checkpoints/triton_seed0/version_0/"].startswith("kept: in use by live process")
+    assert (project / "checkpoints/triton_seed0/version_0/.run.lock").exists()
+
+
+def test_the_lock_is_named_as_the_training_names_it():
+    from rmsnorm_kernel.training.checkpoints import LOCK_NAME
+
+    assert clean.LOCK_NAME == LOCK_NAME

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..ops.backend import backend, kernel_device_type
+from ..ops.contract import MAX_N
 from ..ops.tolerances import TOLERANCES
 from . import campaigns, checkpoint_audit, compile_report, environment, exercise, figures, gradients, negative, profile
 from .report import cell, digits, dtype_name, format_table, outputs_problem, verdict, write_report
@@ -25,6 +28,78 @@ CAMPAIGN_COMMANDS = {"check-forward": "forward", "check-backward": "dx", "check-
 CAMPAIGN_LABELS = {"forward": "forward (y)", "dx": "backward (dx)", "dgamma": "backward (dgamma)"}
 
 OK, FAILED, USAGE = 0, 1, 2
+#: The exit status of a command stopped by a signal: 128 + the signal's number, as a shell reports it.
+INTERRUPTED = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
+
+
+# --------------------------------------------------------------------------------------------------
+# Usage mistakes: one line, exit status 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage mistakes end in one line on stderr and exit status 2."""
+
+    def error(self, message: str):
+        self.exit(USAGE, f"{self.prog}: {message}\n")
+
+
+def at_least(minimum: float, kind: type = int, maximum: float | None = None):
+    """An argparse ``type``: a number of ``kind`` no smaller than ``minimum`` (and no larger than ``maximum``)."""
+    accepted = f"{minimum} or more" if maximum is None else f"{minimum} to {maximum}"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number; accepted: {accepted}") from None
+        if not value >= minimum:
+            raise argparse.ArgumentTypeError(f"{text} is too small; accepted: {accepted}")
+        if maximum is not None and not value <= maximum:
+            raise argparse.ArgumentTypeError(f"{text} is too large; accepted: {accepted}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+# --------------------------------------------------------------------------------------------------
+# Ctrl+C and SIGTERM
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived while a command ran (raised in the main thread, as Ctrl+C raises KeyboardInterrupt)."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def interrupt_status(exc: BaseException) -> tuple[str, int]:
+    """(signal name, exit status) of a ``KeyboardInterrupt`` or ``Terminated``."""
+    name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+    return name, INTERRUPTED[name]
+
+
+def run_interruptible(prog: str, body: Callable[[], int]) -> int:
+    """``body()``'s exit status; Ctrl+C (SIGINT) or SIGTERM, whatever ``body`` is doing, ends it with one
+    line on stderr and exit status 130 or 143. SIGTERM is turned into ``Terminated`` while ``body`` runs,
+    so its ``finally`` blocks and context managers run on the way out, as they do for Ctrl+C.
+
+    The one mechanism of every check command and of ``python -m benchmarks.*``. Python's own start-up
+    (importing torch, before ``body`` runs) keeps the default behaviour."""
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
+    if previous is None:  # a handler installed outside Python: put the default back afterwards
+        previous = signal.SIG_DFL
+    try:
+        return body()
+    except (KeyboardInterrupt, Terminated) as exc:
+        name, status = interrupt_status(exc)
+        print(f"{prog}: stopped by {name}; exit status {status}", file=sys.stderr)
+        return status
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -304,34 +379,41 @@ def cmd_check_checkpoints(args) -> int:
 def cmd_clean(args) -> int:
     from . import clean
 
+    root = Path(args.project).resolve()  # its arguments were checked before (argument_problem)
     try:
-        root = clean.require_project_root(args.project)
-        problem = clean.report_folder_problem(root, args.outputs) if args.outputs is not None else None
-        if problem:
-            raise clean.CleanRefused(problem)
         entries = clean.clean_generated(root, dry_run=args.dry_run)
     except clean.CleanRefused as exc:
         print(exc, file=sys.stderr)
         return USAGE
-    print(f"== clean --scope {args.scope}{' --dry-run' if args.dry_run else ''} ==  project: {root}\n")
+    caches = "" if clean.is_project_root(root) else " (not the project's root: its caches are not cleaned)"
+    print(f"== clean --scope {args.scope}{' --dry-run' if args.dry_run else ''} ==  folder: {root}{caches}\n")
     if entries:
-        print(format_table(["path (relative to the project)", "action"], [(r.path, r.action) for r in entries]))
+        print(format_table(["path (relative to the folder)", "action"], [(r.path, r.action) for r in entries]))
     else:
         print("nothing generated to remove, nothing kept")
     gone = [r for r in entries if r.action in (clean.WOULD_REMOVE, clean.REMOVED)]
     failed = [r for r in entries if r.action.startswith("not removed")]
     kept = [r for r in entries if r.action.startswith("kept")]
+    live = [r for r in kept if r.action.startswith(clean.KEPT_LIVE)]
     verb = "would be removed" if args.dry_run else "removed"
     print(
         f"\n{sum(not r.is_folder for r in gone)} file(s) and {sum(r.is_folder for r in gone)} folder(s) {verb}; "
-        f"{len(kept)} path(s) kept" + (f"; {len(failed)} could not be removed" if failed else "")
+        f"{len(kept)} path(s) kept"
+        + (f", {len(live)} of them in use by a live process (a running training run) and left whole" if live else "")
+        + (f"; {len(failed)} could not be removed" if failed else "")
     )
-    if args.outputs is not None:  # never inside a cleaned folder: report_folder_problem refused that
+    if args.outputs is not None:  # never inside a cleaned folder: argument_problem refused that
         path = write_report(
             args.outputs,
             "clean",
             not failed,
-            {"scope": args.scope, "dry_run": args.dry_run, "project": str(root), "paths": entries},
+            {
+                "scope": args.scope,
+                "dry_run": args.dry_run,
+                "project": str(root),
+                "in_use": [r.path for r in live],
+                "paths": entries,
+            },
         )
         print(f"report: {path}")
     return FAILED if failed else OK
@@ -342,7 +424,7 @@ def cmd_clean(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="rmsnorm-kernel",
         description="Checks of the Triton RMSNorm kernel, one command per claim. Each prints a table, writes "
         "<outputs>/<command>.json and exits 0 when its checks hold, 1 when one fails.",
@@ -409,7 +491,12 @@ def build_parser() -> argparse.ArgumentParser:
         "torch.compile(reference) (CPU operator counts without a GPU)",
     )
     p.add_argument(
-        "--shape", type=int, nargs=2, metavar=("M", "N"), default=[64, 257], help="input shape (default: 64 257)"
+        "--shape",
+        type=at_least(1, int, MAX_N),
+        nargs=2,
+        metavar=("M", "N"),
+        default=[64, 257],
+        help=f"input shape, each from 1 to {MAX_N} (default: 64 257)",
     )
     add(
         "compile-report",
@@ -442,9 +529,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(
         "clean",
         cmd_clean,
-        "list (--dry-run) or remove the files this project's commands wrote in outputs/, runs/, checkpoints/, "
-        "multirun/, .pytest_cache and __pycache__, file by file, and the folders left empty; "
-        "every other file is kept and listed",
+        "list (--dry-run) or remove the files this project's commands wrote in outputs/, runs/, checkpoints/ "
+        "and multirun/ of the folder they were started in (and, at the project's root, .pytest_cache and "
+        "__pycache__), file by file, and the folders left empty; every other file is kept and listed, and so "
+        "is a run a live process is writing (its lock is held)",
         parents=(),
     )
     p.add_argument(
@@ -465,22 +553,45 @@ def build_parser() -> argparse.ArgumentParser:
         "--project",
         type=Path,
         default=Path("."),
-        help="the project root; must hold this project's pyproject.toml (default: .)",
+        help="the folder the commands were started in, whose generated folders are cleaned; at the project's "
+        "root (its pyproject.toml) the caches too (default: .)",
     )
     return parser
 
 
+def argument_problem(args) -> str | None:
+    """What is wrong with the parsed ``args`` of a command, checked before any of its work; None when nothing.
+    (argparse already refused the unknown options, values outside the choices and malformed numbers.)"""
+    if args.command == "clean":
+        from . import clean
+
+        return clean.argument_problem(args.project, args.outputs)
+    problem = outputs_problem(args.outputs)
+    if problem is not None:
+        return problem
+    for option in ("runs", "checkpoints"):  # folders a command reads
+        folder = getattr(args, option, None)
+        if folder is not None and folder.exists() and not folder.is_dir():
+            return f"--{option} {folder} is not a folder; accepted: a folder (a missing one: nothing to read)"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(None if argv is None else [str(a) for a in argv])
     if args.command is None:
         parser.print_help()
         return USAGE
-    problem = outputs_problem(args.outputs) if args.outputs is not None and args.command != "clean" else None
-    if problem is not None:  # (clean checks its own --outputs: it must lie outside what it cleans)
-        print(f"rmsnorm-kernel {args.command}: {problem}", file=sys.stderr)
-        return USAGE
-    return args.handler(args)
+    prog = f"{parser.prog} {args.command}"
+
+    def body() -> int:
+        problem = argument_problem(args)
+        if problem is not None:
+            print(f"{prog}: {problem}", file=sys.stderr)
+            return USAGE
+        return args.handler(args)
+
+    return run_interruptible(prog, body)
 
 
 if __name__ == "__main__":

@@ -87,6 +87,8 @@ def jsonable(obj):
 def outputs_problem(outputs: Path) -> str | None:
     """Why the folder ``outputs`` cannot take a command's files (None when it can). It is created if
     missing and test-written, so that a command refuses before its work rather than losing it at the end."""
+    if outputs.exists() and not outputs.is_dir():
+        return f"--outputs {outputs} is a file, not a folder; accepted: a folder this user can create and write"
     try:
         outputs.mkdir(parents=True, exist_ok=True)
         probe = outputs / f".write-probe.{os.getpid()}"
