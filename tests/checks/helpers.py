@@ -44,6 +44,10 @@ def write_checkpoint(
         net.norm.weight.uniform_(0.5, 1.5)
         inputs = torch.randn(5, HPARAMS["input_dim"], device=device)
         outputs = net(inputs) + tamper
+    adam = torch.optim.Adam(net.parameters(), lr=HPARAMS["lr"])
+    for _ in range(3):  # three steps of a zero loss: Adam's state, the weights unchanged
+        sum((p * 0).sum() for p in net.parameters()).backward()
+        adam.step()
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(
         {
@@ -52,6 +56,18 @@ def write_checkpoint(
             "pytorch-lightning_version": "2.5.0",
             "state_dict": {prefix + k: v.cpu() for k, v in net.state_dict().items()},
             "hyper_parameters": dict(HPARAMS),
+            "optimizer_states": [adam.state_dict()],
+            "loops": {
+                "fit_loop": {
+                    "state_dict": {"combined_loader": [{"seed": 0, "global_batch": 4, "num_batches": 8}]},
+                    "epoch_progress": {"current": {"completed": 0}},
+                    "epoch_loop.automatic_optimization.optim_progress": {
+                        "optimizer": {"step": {"total": {"completed": 3}}}
+                    },
+                }
+            },
+            "datamodule_hyper_parameters": {"batch_size": 4, "train_size": 32, "shuffle_seed": 0},
+            "rng": {"torch": torch.get_rng_state()},
             "rmsnorm_kernel": {"test_inputs": inputs.cpu(), "test_outputs": outputs.cpu()},
         },
         path,

@@ -123,3 +123,94 @@ def test_non_finite_outputs_are_named_not_measured(tmp_path, device):
     assert (result.stage, result.ok) == ("reproduce", False)
     assert "outputs on the recorded test inputs hold 10 non-finite value(s) of 10" in result.detail, result.detail
     assert torch.isnan(torch.tensor(result.max_abs))
+
+
+# --------------------------------------------------------------------------------------------------
+# What a resume needs, on a checkpoint written by a real (tiny, in-process) training run
+
+
+@pytest.fixture(scope="module")
+def trained_checkpoint(tmp_path_factory) -> Path:
+    from tests.training.helpers import train
+
+    root = tmp_path_factory.mktemp("tiny_run")
+    train(root, "trainer.max_steps=2")
+    (last,) = root.glob("checkpoints/*/version_0/last.ckpt")
+    return last
+
+
+def _set(*keys, value):
+    def edit(ckpt):
+        tree = ckpt
+        for k in keys[:-1]:
+            tree = tree[k]
+        if value is KeyError:
+            del tree[keys[-1]]
+        else:
+            tree[keys[-1]] = value(tree[keys[-1]]) if callable(value) else value
+
+    return edit
+
+
+DAMAGES = {
+    "adam_nan": (
+        _set("optimizer_states", 0, "state", 2, "exp_avg", value=lambda t: t.fill_(float("nan"))),
+        "optimizer: parameter 2 exp_avg (257 NaN, 0 inf of 257 values)",
+    ),
+    "adam_shape": (
+        _set("optimizer_states", 0, "state", 0, "exp_avg_sq", value=lambda t: t[:, :3].clone()),
+        "optimizer: parameter 0 exp_avg_sq of shape (257, 3); the parameter's is (257, 64)",
+    ),
+    "adam_missing": (_set("optimizer_states", value=KeyError), "no optimizer state"),
+    "adam_step": (
+        _set("optimizer_states", 0, "state", 4, "step", value=lambda t: t + 5),
+        "optimizer: parameter 4 step tensor(7.); expected a whole number from 0 to the global step 2",
+    ),
+    "rng": (_set("rng", value=KeyError), "no random generator state (rng.torch)"),
+    "data_position": (
+        _set("loops", "fit_loop", "state_dict", "combined_loader", value=KeyError),
+        "no training data position",
+    ),
+    "data_layout": (
+        _set("loops", "fit_loop", "state_dict", "combined_loader", 0, "num_batches", value=3),
+        "training data position: 3 global batches of 32",
+    ),
+    "loop_counter": (
+        _set("global_step", value=5),
+        "loops: 2 optimizer steps, but global_step is 5",
+    ),
+}
+
+
+def test_a_real_checkpoint_holds_everything_a_resume_needs(trained_checkpoint, device):
+    results = checkpoint_audit.audit_checkpoints(trained_checkpoint.parent, device=device)
+    assert {Path(r.file).name for r in results} >= {"last.ckpt", "final.ckpt"}
+    for result in results:
+        assert (result.stage, result.ok) == ("verified", True), (result.file, result.detail)
+
+
+def test_each_part_of_the_resume_state_that_is_damaged_fails_the_file_naming_it(trained_checkpoint, tmp_path, device):
+    for name, (edit, _) in DAMAGES.items():
+        _with_state(trained_checkpoint, tmp_path / f"{name}.ckpt", edit)
+    results = {Path(r.file).stem: r for r in checkpoint_audit.audit_checkpoints(tmp_path, device=device)}
+    assert set(results) == set(DAMAGES)
+    for name, (_, words) in DAMAGES.items():
+        r = results[name]
+        assert (r.stage, r.ok) == ("resume", False), (name, r.stage, r.detail)
+        assert r.detail.startswith("cannot be resumed: ") and words in r.detail, (name, r.detail)
+        assert "\n" not in r.detail
+
+
+def test_check_checkpoints_fails_on_a_checkpoint_whose_adam_state_is_nan(trained_checkpoint, tmp_path, capsys):
+    from .helpers import read_report, run_cli
+
+    edit, _ = DAMAGES["adam_nan"]
+    _with_state(trained_checkpoint, tmp_path / "ckpts" / "bad.ckpt", edit)
+    _with_state(trained_checkpoint, tmp_path / "ckpts" / "good.ckpt", lambda ckpt: None)
+    rc, out, _ = run_cli(capsys, "check-checkpoints", "--checkpoints", tmp_path / "ckpts", "--outputs", tmp_path / "o")
+    assert rc == 1
+    (line,) = [ln for ln in out.splitlines() if "bad.ckpt" in ln and "resume" in ln]
+    assert "FAIL" in line and "exp_avg" in line
+    assert "1 of 2 checkpoint(s) verified; failing:" in out
+    files = {Path(f["file"]).name: f for f in read_report(tmp_path / "o", "check-checkpoints")["files"]}
+    assert (files["bad.ckpt"]["stage"], files["good.ckpt"]["stage"]) == ("resume", "verified")

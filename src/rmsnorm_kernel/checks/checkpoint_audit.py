@@ -5,10 +5,17 @@ Lightning's own keys, ``rmsnorm_kernel = {"test_inputs": Tensor, "test_outputs":
 the test split and the network's outputs on it, recorded when the file was written. The network is
 rebuilt with ``rmsnorm_kernel.training.network.build_network(**hyper_parameters)``.
 
-A file that fails is named with the stage it reached and why: the load error, the missing keys, the
-rebuild error, each tensor that is not finite (a weight, or the recorded test batch) with its NaN and
-inf counts, or, when the outputs are not reproduced, the largest absolute and relative difference and how
-many values lie beyond the tolerance.
+Besides the weights, a checkpoint must hold everything a resume (``ckpt_path=...``) needs, each checked
+(``resume_problems``): Adam's state for every parameter (``exp_avg`` and ``exp_avg_sq`` finite and of
+the parameter's shape, the same whole step count for each, not past the global step, a finite learning
+rate), the random generators' state, the training data's position (the training batches' state that
+``training.data.ResumableBatches`` saves, matching the data module's hyper-parameters it was made from)
+and the loops' step counters (the global step, equal to the loops' optimizer steps; the epoch).
+
+A file that fails is named with the stage it reached and why, in one line: the load error, the missing
+keys, the rebuild error, each tensor that is not finite (a weight, or the recorded test batch) with its
+NaN and inf counts, every part of the resume state that is missing or wrong, or, when the outputs are not
+reproduced, the largest absolute and relative difference and how many values lie beyond the tolerance.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ class CheckpointAudit:
     """The verdict on one file under ``checkpoints/``; ``stage`` is the last step reached."""
 
     file: str
-    stage: str  # "skipped", "load", "keys", "rebuild", "weights", "reproduce" or "verified"
+    stage: str  # "skipped", "load", "keys", "rebuild", "weights", "resume", "reproduce" or "verified"
     ok: bool
     detail: str
     max_abs: float = math.nan
@@ -129,6 +136,9 @@ def audit_checkpoint(
             False,
             "not finite: " + "; ".join(bad[:3]) + (f"; and {len(bad) - 3} more tensor(s)" if len(bad) > 3 else ""),
         )
+    problems = resume_problems(ckpt, list(net.parameters()))
+    if problems:
+        return CheckpointAudit(name, "resume", False, "cannot be resumed: " + "; ".join(problems))
     try:
         net = net.to(device).eval()
         with torch.no_grad():
@@ -160,6 +170,141 @@ def audit_checkpoint(
     return CheckpointAudit(
         name, "verified", True, f"reproduces {tuple(expected.shape)} recorded test outputs", c.max_abs, c.max_rel
     )
+
+
+def _get(tree, *keys):
+    """``tree[k0][k1]...``, or None where a key is missing or a level is not a dict (or a list, for ints)."""
+    for key in keys:
+        if isinstance(tree, dict) and key in tree:
+            tree = tree[key]
+        elif isinstance(tree, list) and isinstance(key, int) and -len(tree) <= key < len(tree):
+            tree = tree[key]
+        else:
+            return None
+    return tree
+
+
+def _whole(value) -> int | None:
+    """``value`` as an int when it is a whole number (an int, or a one-element tensor holding one), else None."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value) if math.isfinite(value) and value == int(value) else None
+
+
+#: The loops' optimizer step counter, which Lightning restores the global step from.
+OPTIMIZER_STEPS = (
+    "fit_loop",
+    "epoch_loop.automatic_optimization.optim_progress",
+    "optimizer",
+    "step",
+    "total",
+    "completed",
+)
+
+
+def resume_problems(ckpt: dict, params: list[torch.Tensor]) -> list[str]:
+    """What a resume from ``ckpt`` would lack or trip on, one phrase each (empty when it can resume).
+    ``params``: the rebuilt network's parameters, in the order the optimizer holds them."""
+    problems: list[str] = []
+    global_step = _whole(ckpt.get("global_step"))
+    if global_step is None or global_step < 0:
+        problems.append(f"global_step is {ckpt.get('global_step')!r}; expected a whole number >= 0")
+    # the loops' step counters
+    loops = ckpt.get("loops")
+    if not isinstance(loops, dict):
+        problems.append("no loops state (the loops' step counters)")
+    else:
+        done = _whole(_get(loops, *OPTIMIZER_STEPS))
+        if done is None:
+            problems.append("loops: no optimizer step count")
+        elif global_step is not None and done != global_step:
+            problems.append(f"loops: {done} optimizer steps, but global_step is {global_step}")
+        epoch, completed = (
+            _whole(ckpt.get("epoch")),
+            _whole(_get(loops, "fit_loop", "epoch_progress", "current", "completed")),
+        )
+        if epoch is None or epoch < 0 or completed is None or epoch != completed:
+            problems.append(f"loops: epoch {ckpt.get('epoch')!r} and completed epochs {completed!r} disagree")
+    # the optimizer's state
+    problems += _optimizer_problems(ckpt.get("optimizer_states"), params, global_step)
+    # the random generators
+    rng = _get(ckpt, "rng", "torch")
+    if not isinstance(rng, torch.Tensor) or rng.dtype != torch.uint8 or rng.numel() == 0:
+        problems.append("no random generator state (rng.torch)")
+    # the training data's position: the training batches' layout, with the global step
+    problems += _data_problems(ckpt)
+    return problems
+
+
+def _optimizer_problems(states, params: list[torch.Tensor], global_step: int | None) -> list[str]:
+    if not isinstance(states, list) or len(states) != 1 or not isinstance(states[0], dict):
+        return ["no optimizer state (optimizer_states: one optimizer expected)"]
+    state, groups = states[0].get("state"), states[0].get("param_groups")
+    if not isinstance(state, dict) or not isinstance(groups, list) or not groups:
+        return ["optimizer state without state or param_groups"]
+    problems = []
+    indices = [i for g in groups if isinstance(g, dict) for i in g.get("params", [])]
+    if len(indices) != len(params):
+        problems.append(f"optimizer: {len(indices)} parameters, the network has {len(params)}")
+    for g in groups:
+        lr = g.get("lr") if isinstance(g, dict) else None
+        if not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+            problems.append(f"optimizer: learning rate {lr!r}; expected a finite number > 0")
+    steps = set()
+    for index, param in zip(indices, params):
+        entry = state.get(index)
+        if not isinstance(entry, dict):
+            problems.append(f"optimizer: no state for parameter {index}")
+            continue
+        for key in ("exp_avg", "exp_avg_sq"):
+            t = entry.get(key)
+            if not isinstance(t, torch.Tensor):
+                problems.append(f"optimizer: parameter {index} has no {key}")
+            elif t.shape != param.shape:
+                problems.append(
+                    f"optimizer: parameter {index} {key} of shape {tuple(t.shape)}; "
+                    f"the parameter's is {tuple(param.shape)}"
+                )
+            else:
+                problems += [f"optimizer: {bad}" for bad in non_finite({key: t}, f"parameter {index} ")]
+        step = _whole(entry.get("step"))
+        if step is None or step < 0 or (global_step is not None and step > global_step):
+            problems.append(
+                f"optimizer: parameter {index} step {entry.get('step')!r}; expected a whole number "
+                f"from 0 to the global step {global_step}"
+            )
+        steps.add(step)
+    if len(steps) > 1:
+        problems.append(f"optimizer: the parameters' step counts differ ({sorted(map(str, steps))})")
+    return problems
+
+
+def _data_problems(ckpt: dict) -> list[str]:
+    position = _get(ckpt, "loops", "fit_loop", "state_dict", "combined_loader", 0)
+    data = ckpt.get("datamodule_hyper_parameters")
+    if not isinstance(position, dict):
+        return ["no training data position (loops.fit_loop.state_dict.combined_loader)"]
+    if not isinstance(data, dict):
+        return ["no data module hyper-parameters (datamodule_hyper_parameters): the data cannot be rebuilt"]
+    seed, global_batch, num_batches = (_whole(position.get(k)) for k in ("seed", "global_batch", "num_batches"))
+    batch_size, train_size = _whole(data.get("batch_size")), _whole(data.get("train_size"))
+    if None in (seed, global_batch, num_batches, batch_size, train_size) or batch_size <= 0 or global_batch <= 0:
+        return [f"training data position {position} or data hyper-parameters incomplete"]
+    problems = []
+    if seed != _whole(data.get("shuffle_seed")):
+        problems.append(
+            f"training data position: seed {seed}, the data module's shuffle_seed {data.get('shuffle_seed')!r}"
+        )
+    if global_batch % batch_size or num_batches != train_size // global_batch:
+        problems.append(
+            f"training data position: {num_batches} global batches of {global_batch}; the data module's "
+            f"{train_size} examples in batches of {batch_size} per process give {train_size // global_batch}"
+            if global_batch % batch_size == 0
+            else f"training data position: a global batch of {global_batch}, no multiple of the batch size {batch_size}"
+        )
+    return problems
 
 
 def non_finite(tensors: dict, prefix: str = "") -> list[str]:
