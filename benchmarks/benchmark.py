@@ -45,7 +45,7 @@ from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.reference import oracle
 from rmsnorm_kernel.testing import make_inputs
 
-from .common import OneLineParser, at_least
+from .common import OneLineParser, at_least, run_interruptible
 from .figures import FIGURE, benchmark_figure
 from .impls import DTYPES, EPS, IMPLS, LIGER_SETTINGS, MODES, ForwardFn, make_impl, parse_impls, versions
 from .rows import Result, mark_winners, measure_row
@@ -270,7 +270,8 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    return run_interruptible("benchmark", lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """What several measurements of ``benchmarks`` share: their command lines (one-line usage errors, numeric
-options with a lower bound) and writing their JSON files."""
+options with a lower bound, Ctrl+C and SIGTERM in one line: the check commands' own, from
+``rmsnorm_kernel.checks.cli``) and writing their JSON files."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -11,28 +11,30 @@ from pathlib import Path
 
 import torch
 
+from rmsnorm_kernel.checks.cli import OneLineParser, Terminated, at_least, interrupt_status, run_interruptible
+from rmsnorm_kernel.checks.report import outputs_problem
 
-class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose usage mistakes end in one line on stderr and exit status 2."""
+__all__ = [
+    "OneLineParser",
+    "Terminated",
+    "at_least",
+    "file_problem",
+    "interrupt_status",
+    "run_interruptible",
+    "plain",
+    "write_json",
+]
 
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: {message}\n")
 
-
-def at_least(minimum: float, kind: type = int):
-    """An argparse ``type``: a number of ``kind`` no smaller than ``minimum``."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number; accepted: {minimum} or more") from None
-        if not value >= minimum:
-            raise argparse.ArgumentTypeError(f"{text} is too small; accepted: {minimum} or more")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse names the type in its messages
-    return parse
+def file_problem(option: str, path: Path | None) -> str | None:
+    """Why the file ``path`` given as ``option`` cannot be written (None when it can, or when not given):
+    checked before any work, so that a measurement is never lost at its end."""
+    if path is None:
+        return None
+    if Path(path).is_dir():
+        return f"{option} {path} is a folder; accepted: a file in a folder this user can write"
+    problem = outputs_problem(Path(path).parent)
+    return None if problem is None else f"{option} {path}: {problem.removeprefix('--outputs ')}"
 
 
 def plain(obj):

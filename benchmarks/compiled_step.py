@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from rmsnorm_kernel import call_counts
 from rmsnorm_kernel.checks.report import format_table
 
-from .common import OneLineParser, at_least, write_json
+from .common import OneLineParser, at_least, file_problem, run_interruptible, write_json
 from .impls import versions
 
 INPUT_DIM, HIDDEN_DIM, OUTPUT_DIM, BATCH, EPS, LR = 64, 257, 16, 32, 1e-6, 1e-3
@@ -136,6 +136,15 @@ def main(argv: list[str] | None = None) -> int:
         "--count-steps", type=at_least(1), default=10, help="K: steps between the two call_counts() reads (default 10)"
     )
     args = parser.parse_args(argv)
+    return run_interruptible("compiled_step", lambda: run(args))
+
+
+def run(args) -> int:
+    """The command, on parsed arguments; every argument is checked before any work."""
+    problem = file_problem("--json", args.json)
+    if problem is not None:
+        print(f"compiled_step: {problem}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("compiled_step: needs a CUDA GPU (CUDA graphs); none found.", file=sys.stderr)
         return 2

@@ -30,7 +30,7 @@ from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.testing import make_inputs
 
-from .common import OneLineParser, at_least, write_json
+from .common import OneLineParser, at_least, file_problem, run_interruptible, write_json
 from .impls import EPS, FWD, FWD_BWD, make_call, make_impl, versions
 
 
@@ -86,6 +86,15 @@ def main(argv: list[str] | None = None) -> int:
         "--repeats", type=at_least(1), default=5, help="timed repeats; the median is reported (default 5)"
     )
     args = parser.parse_args(argv)
+    return run_interruptible("host_time", lambda: run(args))
+
+
+def run(args) -> int:
+    """The command, on parsed arguments; every argument is checked before any work."""
+    problem = file_problem("--json", args.json)
+    if problem is not None:
+        print(f"host_time: {problem}", file=sys.stderr)
+        return 2
     if backend() != CUDA:
         print(
             "host_time: needs a CUDA GPU (on the CPU the kernels run in Triton's interpreter); none found.",

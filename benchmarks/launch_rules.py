@@ -22,13 +22,12 @@ backward) over the copy's time, so 1.0 is the copy ceiling. One JSON line per va
 
 Without an item list it times ``DEFAULT_ITEMS`` (multiples of 1024, where the rules are fitted). Needs a
 CUDA GPU: without one it exits 2. A bad item or a ``--json`` that cannot be written is refused in one line
-before any work (exit 2). Each record is written as soon as it is timed, so Ctrl+C (exit 130) keeps every
-record so far; a rerun appends to the file.
+before any work (exit 2). Each record is written as soon as it is timed, so Ctrl+C (exit 130) or SIGTERM
+(exit 143) keeps every record so far; a rerun appends to the file.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -38,13 +37,13 @@ import torch
 import triton
 from triton.testing import do_bench
 
-from rmsnorm_kernel.checks.report import outputs_problem
 from rmsnorm_kernel.ops import kernels, launch
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.tolerances import compare
 from rmsnorm_kernel.testing import make_inputs
 
+from .common import OneLineParser, Terminated, file_problem, interrupt_status, run_interruptible
 from .impls import DTYPES
 
 EPS = 1e-6
@@ -168,9 +167,7 @@ def parse_items(text: str) -> list[tuple[str, str, int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.launch_rules", description=__doc__.strip().split("\n")[0]
-    )
+    parser = OneLineParser(prog="python -m benchmarks.launch_rules", description=__doc__.strip().split("\n")[0])
     parser.add_argument("--items", default=",".join(DEFAULT_ITEMS), help="comma-separated kind:dtype:N")
     parser.add_argument(
         "--json",
@@ -179,17 +176,22 @@ def main(argv: list[str] | None = None) -> int:
         help="JSON lines, appended (a rerun adds to the records already there)",
     )
     args = parser.parse_args(argv)
+    return run_interruptible("launch_rules", lambda: run(args))
+
+
+def run(args) -> int:
+    """The command, on parsed arguments; every argument is checked before any work."""
     try:
         items = parse_items(args.items)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    if backend() != CUDA:
-        print("launch_rules: needs a CUDA GPU (it times kernels); none found.", file=sys.stderr)
-        return 2
-    problem = outputs_problem(args.json.parent)
+    problem = file_problem("--json", args.json)
     if problem is not None:
         print(f"launch_rules: {problem}", file=sys.stderr)
+        return 2
+    if backend() != CUDA:
+        print("launch_rules: needs a CUDA GPU (it times kernels); none found.", file=sys.stderr)
         return 2
 
     def bench(fn):
@@ -208,9 +210,10 @@ def main(argv: list[str] | None = None) -> int:
                         f"{record['frac']:.3f} {'ok' if record['ok'] else 'WRONG'}"
                     )
                 torch.cuda.empty_cache()
-    except KeyboardInterrupt:
-        print(f"launch_rules: interrupted; the records timed so far are in {args.json}", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Terminated) as exc:
+        name, status = interrupt_status(exc)
+        print(f"launch_rules: stopped by {name}; the records timed so far are in {args.json}", file=sys.stderr)
+        return status
     return 1 if wrong else 0
 
 

@@ -30,7 +30,7 @@ from rmsnorm_kernel.ops.reference import oracle
 from rmsnorm_kernel.testing import make_inputs
 
 from .benchmark import table
-from .common import OneLineParser, at_least, write_json
+from .common import OneLineParser, at_least, file_problem, run_interruptible, write_json
 from .impls import DTYPES, EPS, MODES, make_impl, versions
 from .rows import Result, mark_winners, measure_row
 from .timing import Timer, copy_ceiling, cuda_timer
@@ -130,6 +130,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=at_least(1), default=20, help="timed samples (default 20)")
     parser.add_argument("--calls", type=at_least(1), default=10, help="calls per sample (default 10)")
     args = parser.parse_args(argv)
+    return run_interruptible("launch_sweep", lambda: run(args))
+
+
+def run(args) -> int:
+    """The command, on parsed arguments; every argument is checked before any work."""
+    problem = file_problem("--json", args.json)
+    if problem is not None:
+        print(f"launch_sweep: {problem}", file=sys.stderr)
+        return 2
     if backend() != CUDA:
         print("launch_sweep: needs a CUDA GPU (it times kernels); none found.", file=sys.stderr)
         return 2

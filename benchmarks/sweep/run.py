@@ -25,7 +25,8 @@ interpreter, checked against the oracle, with the same files and merge; any othe
 ``--require-gpu``, is refused in one line (exit 2).
 
 Ctrl+C or SIGTERM stops the run after the point in progress: its file keeps every point measured, one
-line says how to run the rest, and the exit status is 130 or 143.
+line says how to run the rest, and the exit status is 130 or 143. Before or after the points (reading the
+files, merging, drawing), the signal stops the command at once with one line and the same status.
 
 Exit status: 0 when every point was measured and the Triton path was right at each; 1 when a Triton
 result was wrong, or a correct row got no time on a GPU (its timing raised; the row's ``gpu_note`` says
@@ -52,7 +53,7 @@ from rmsnorm_kernel.checks.figures import FigureResult
 from rmsnorm_kernel.checks.report import outputs_problem
 from rmsnorm_kernel.ops.backend import CUDA, backend
 
-from ..common import OneLineParser, at_least, write_json
+from ..common import OneLineParser, at_least, run_interruptible, write_json
 from ..impls import IMPLS, liger_version, make_impl, parse_impls
 from ..timing import Timer, no_timer
 from . import figures, report
@@ -389,4 +390,5 @@ def run(args) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run(build_parser().parse_args(None if argv is None else [str(a) for a in argv]))
+    args = build_parser().parse_args(None if argv is None else [str(a) for a in argv])
+    return run_interruptible("sweep", lambda: run(args))
