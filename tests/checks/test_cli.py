@@ -230,15 +230,6 @@ def test_clean_dry_run_removes_nothing_then_clean_removes(tmp_path, capsys, monk
     assert (root / "src" / "pkg" / "mod.py").exists()
 
 
-def test_clean_refuses_outside_the_project(tmp_path, capsys, monkeypatch):
-    stranger = tmp_path / "stranger"
-    (stranger / "outputs").mkdir(parents=True)
-    monkeypatch.chdir(stranger)
-    rc, _, err = run_cli(capsys, "clean", "--scope", "generated")
-    assert rc == 2 and "no pyproject.toml" in err
-    assert (stranger / "outputs").is_dir()
-
-
 def test_clean_requires_a_scope(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["clean", "--dry-run"])
@@ -276,3 +267,140 @@ def test_an_outputs_folder_that_cannot_be_written_is_refused_with_one_line_befor
         "accepted: a folder this user can create and write"
     )
     assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+def _status(argv) -> int:
+    """The exit status of ``main(argv)``, whether it returns it or argparse exits."""
+    try:
+        return main([str(a) for a in argv])
+    except SystemExit as exc:
+        return exc.code
+
+
+#: A command line of each command, and its work (module, function) that must not run on a usage mistake.
+WORK = {
+    "environment": (["environment"], "environment", "environment_facts"),
+    "reference": (["reference"], "gradients", "reference_checks"),
+    "check-forward": (["check-forward", "--quick"], "campaigns", "run_campaign"),
+    "check-backward": (["check-backward", "--quick"], "campaigns", "run_campaign"),
+    "check-gamma": (["check-gamma", "--quick"], "campaigns", "run_campaign"),
+    "negative": (["negative", "--quick"], "negative", "negative_checks"),
+    "exercise": (["exercise"], "exercise", "exercise"),
+    "profile": (["profile"], "profile", "profile_counts"),
+    "compile-report": (["compile-report"], "compile_report", "compile_report"),
+    "figures": (["figures"], "figures", "make_figures"),
+    "check-checkpoints": (["check-checkpoints"], "checkpoint_audit", "audit_checkpoints"),
+    "clean": (["clean", "--scope", "generated", "--dry-run"], "clean", "clean_generated"),
+}
+
+
+def _patch_work(monkeypatch, command, effect):
+    import importlib
+
+    _, module, name = WORK[command]
+    monkeypatch.setattr(importlib.import_module(f"rmsnorm_kernel.checks.{module}"), name, effect)
+
+
+def test_every_command_is_listed_here():
+    from rmsnorm_kernel.checks.cli import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if a.dest == "command"]
+    assert set(sub.choices) == set(WORK)
+
+
+@pytest.mark.parametrize("command", sorted(WORK))
+@pytest.mark.parametrize("exc, status, name", [(KeyboardInterrupt, 130, "SIGINT"), ("Terminated", 143, "SIGTERM")])
+def test_ctrl_c_or_sigterm_in_any_command_ends_in_one_line_and_130_or_143(
+    command, exc, status, name, tmp_path, capsys, monkeypatch
+):
+    from rmsnorm_kernel.checks import cli
+
+    monkeypatch.chdir(tmp_path)
+    error = getattr(cli, exc) if isinstance(exc, str) else exc
+
+    def interrupted(*args, **kwargs):
+        raise error()
+
+    _patch_work(monkeypatch, command, interrupted)
+    argv = WORK[command][0] + ([] if command == "clean" else ["--outputs", tmp_path / "o"])
+    rc, out, err = run_cli(capsys, *argv)
+    assert rc == status
+    assert err.strip().splitlines() == [f"rmsnorm-kernel {command}: stopped by {name}; exit status {status}"]
+    assert "Traceback" not in out + err
+
+
+def test_sigterm_is_the_default_again_after_a_command(tmp_path, capsys, monkeypatch):
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    _patch_work(monkeypatch, "exercise", lambda: [])
+    run_cli(capsys, "exercise", "--outputs", tmp_path)
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["profile", "--shape", "0", "5"], "too small"),
+        (["profile", "--shape", "4", "-1"], "too small"),
+        (["profile", "--shape", "4", "65537"], "too large"),
+        (["profile", "--shape", "4", "x"], "is not a number"),
+        (["check-forward", "--kernel", "nope"], "invalid choice"),
+        (["check-checkpoints", "--checkpoints", "{file}"], "is not a folder"),
+        (["figures", "--runs", "{file}"], "is not a folder"),
+        (["clean", "--scope", "all"], "invalid choice"),
+        *[([c, "--outputs", "{file}"], "is a file, not a folder") for c in sorted(WORK) if c != "clean"],
+        (["clean", "--scope", "generated", "--outputs", "{file}"], "is a file, not a folder"),
+    ],
+)
+def test_every_usage_mistake_is_one_line_and_exit_2_before_any_work(argv, words, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("kept")
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the work started")
+
+    _patch_work(monkeypatch, argv[0], no_work)
+    assert _status([a.replace("{file}", str(tmp_path / "a_file")) for a in argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and words in err, err
+    assert err.startswith(f"rmsnorm-kernel {argv[0]}: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def _interrupt_process(argv, sig, wait_for: str, cwd):
+    """Starts ``argv``, sends ``sig`` once ``wait_for`` is printed; returns (status, stdout, stderr)."""
+    import os
+    import signal as signals
+    import time
+
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    seen = ""
+    deadline = time.monotonic() + 120
+    while wait_for not in seen and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+    time.sleep(0.5)
+    proc.send_signal(getattr(signals, sig))
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, seen + out, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command, sig, status", [("check-forward", "SIGINT", 130), ("profile", "SIGTERM", 143)])
+def test_a_signal_to_a_running_command_ends_it_in_one_line(command, sig, status, tmp_path):
+    rc, out, err = _interrupt_process(
+        [sys.executable, "-m", "rmsnorm_kernel", command, "--outputs", str(tmp_path / "o")], sig, "==", tmp_path
+    )
+    assert rc == status, (out, err)
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == f"rmsnorm-kernel {command}: stopped by {sig}; exit status {status}"

@@ -566,14 +566,11 @@ def argument_problem(args) -> str | None:
         from . import clean
 
         return clean.argument_problem(args.project, args.outputs)
-    problem = outputs_problem(args.outputs)
-    if problem is not None:
-        return problem
     for option in ("runs", "checkpoints"):  # folders a command reads
         folder = getattr(args, option, None)
         if folder is not None and folder.exists() and not folder.is_dir():
             return f"--{option} {folder} is not a folder; accepted: a folder (a missing one: nothing to read)"
-    return None
+    return outputs_problem(args.outputs)  # last: it creates the folder
 
 
 def main(argv: Sequence[str] | None = None) -> int:
