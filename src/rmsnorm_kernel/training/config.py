@@ -93,6 +93,16 @@ class NameDefaults:
 
 
 @dataclass
+class NameDefaults:
+    """The default network, data and norm values, composed from ``conf/`` untouched by overrides: a run's
+    name (``paths.run_name``) lists the values that differ from them. Not a setting."""
+
+    norm: NormConfig = field(default_factory=NormConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+
+
+@dataclass
 class Config:
     norm: NormConfig = field(default_factory=NormConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -104,6 +114,7 @@ class Config:
     seed: int = MISSING
     compile: bool = MISSING
     ckpt_path: str | None = None
+    name_defaults: NameDefaults = field(default_factory=NameDefaults)
     name_defaults: NameDefaults = field(default_factory=NameDefaults)
 
 

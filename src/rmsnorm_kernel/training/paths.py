@@ -25,38 +25,26 @@ NAME_KEYS = {
     "data.seed": "dataseed",
     "data.noise": "noise",
 }
-#: The configuration folder of train.py, whose group defaults the names are relative to.
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
-
-
-def default_values() -> dict:
-    """The values of ``NAME_KEYS`` in ``conf/`` (the norm group's for each path), read from its YAML files."""
-    from omegaconf import OmegaConf
-
-    values = {}
-    for group in ("model", "data"):
-        node = OmegaConf.load(CONF_DIR / group / "default.yaml")
-        values.update({f"{group}.{k}": v for k, v in node.items()})
-    for impl_file in sorted((CONF_DIR / "norm").glob("*.yaml")):
-        node = OmegaConf.load(impl_file)
-        values[f"norm.{impl_file.stem}"] = {f"norm.{k}": v for k, v in node.items()}
-    return values
+#: Where the composed configuration holds the defaults a run's name is relative to: ``conf/config.yaml``
+#: composes the default network and data groups (and the chosen norm path's group) there a second time,
+#: untouched by overrides, so the name depends on the configuration alone, never on where the package is.
+NAME_DEFAULTS = "name_defaults"
 
 
 def run_name(cfg: DictConfig) -> str:
     """The name of a run's TensorBoard and checkpoint folders: its norm path and seed, then each value of
-    ``NAME_KEYS`` that differs from ``conf/`` (``triton_seed0_hidden128``): two runs of different
-    networks or data never share a folder."""
+    ``NAME_KEYS`` that differs from its default in the composed configuration (``cfg.name_defaults``,
+    ``triton_seed0_hidden128``): two runs of different networks or data never share a folder.
+
+    A configuration composed without those defaults names every value of ``NAME_KEYS``: longer, but still
+    distinct for every network and data."""
     from omegaconf import OmegaConf
 
     name = f"{cfg.norm.impl}_seed{cfg.seed}"
-    if not CONF_DIR.is_dir():
-        return name
-    defaults = default_values()
-    defaults.update(defaults.get(f"norm.{cfg.norm.impl}", {}))
+    defaults = OmegaConf.select(cfg, NAME_DEFAULTS)
     for key, short in NAME_KEYS.items():
         value = OmegaConf.select(cfg, key)
-        if key in defaults and value != defaults[key]:
+        if defaults is None or value != OmegaConf.select(defaults, key):
             name += f"_{short}{value}"
     return name
 
