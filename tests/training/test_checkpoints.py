@@ -103,3 +103,55 @@ def test_check_matches_names_the_first_mismatch(expected, message):
     with pytest.raises(CheckpointError, match=f"^checkpoint x.ckpt {message}$"):
         check_matches("x.ckpt", FULL, expected)
     check_matches("x.ckpt", FULL, {"hidden_dim": 8, "norm_impl": "triton"})  # its own: accepted
+
+
+def test_a_full_disk_raises_the_oserror_naming_the_checkpoint_and_keeps_the_previous_file(tmp_path, monkeypatch):
+    import errno
+
+    from rmsnorm_kernel.training import checkpoints
+
+    path = tmp_path / "last.ckpt"
+    atomic_torch_save(FULL, path)
+    previous = path.read_bytes()
+    real_open = open
+
+    class FullDisk:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            self.f.write(bytes(data)[:100])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoints, "open", lambda p, mode: FullDisk(real_open(p, mode)), raising=False)
+    with pytest.raises(checkpoints.CheckpointWriteError) as error:
+        atomic_torch_save({**FULL, "global_step": 4}, path)
+    assert error.value.errno == errno.ENOSPC and error.value.filename == str(path)
+    assert path.read_bytes() == previous and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+def test_the_last_good_checkpoint_is_the_furthest_with_finite_weights_and_optimizer_state(tmp_path):
+    from rmsnorm_kernel.training.checkpoints import last_good_checkpoint
+
+    def save(name, step, value):
+        state = {**FULL, "global_step": step, "state_dict": {"w": torch.full((3,), value)}}
+        atomic_torch_save({**state, "optimizer_states": [{"state": {0: {"exp_avg": torch.full((3,), value)}}}]}, name)
+
+    source = tmp_path / "source.ckpt"
+    save(source, 1, 1.0)
+    run = tmp_path / "run"
+    assert last_good_checkpoint(run, source) == source  # nothing written yet: the checkpoint resumed from
+    run.mkdir()
+    save(run / "step00002.ckpt", 2, 1.0)
+    save(run / "step00003.ckpt", 3, float("inf"))  # the state that made the loss non-finite
+    save(run / "last.ckpt", 3, float("nan"))
+    assert last_good_checkpoint(run, source) == run / "step00002.ckpt"
+    (run / "step00002.ckpt").write_bytes(b"damaged")
+    assert last_good_checkpoint(run, source) == source
+    assert last_good_checkpoint(run) is None

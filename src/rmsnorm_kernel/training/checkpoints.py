@@ -11,8 +11,10 @@ Reading: ``torch.load(..., weights_only=True)``, so a checkpoint file cannot run
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -28,25 +30,40 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used, with a message naming the file and the problem."""
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint that could not be written (a full disk, an I/O error): the ``OSError`` of the write,
+    with ``filename`` the checkpoint's path. The previous file at that path, if any, is left whole."""
+
+
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
+    """``torch.save`` to ``path`` through a temporary file renamed into place (see the module docstring).
+
+    The checkpoint is serialised in memory first, so a write the disk refuses raises the ``OSError`` of
+    that write (``CheckpointWriteError``, naming ``path``), not an error of the archive writer's.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    # The rename itself must reach the disk too: sync the folder's entry.
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(buffer.getbuffer())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        # The rename itself must reach the disk too: sync the folder's entry.
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise CheckpointWriteError(e.errno, e.strerror or str(e), str(path)) from e
 
 
 def remove_stale_temporaries(folder: Path) -> list[Path]:
@@ -112,6 +129,68 @@ def check_matches(path: str | os.PathLike, ckpt: dict, expected: dict) -> None:
             raise CheckpointError(
                 f"checkpoint {path} was trained with {what} = {hp[key]!r}; the configuration asks for {want!r}"
             )
+
+
+STEP_FILE = re.compile(r"step(\d+)(?:-v\d+)?\.ckpt")
+#: Among checkpoints of one step, the one ``ckpt_path=last`` resumes: last.ckpt, then final.ckpt, then a step file.
+PREFERENCE = {"last.ckpt": 0, "final.ckpt": 1}
+
+
+def checkpoint_steps(folder: Path) -> list[tuple[int, Path]]:
+    """Every checkpoint of a run's checkpoint folder with its step, furthest first.
+
+    A step file's step is its name's; ``last.ckpt`` and ``final.ckpt`` are read (CRC-checked) for theirs.
+    Raises ``CheckpointError`` naming a ``last.ckpt`` or ``final.ckpt`` that cannot be read: it may hold the
+    furthest step, which nothing else tells.
+    """
+    found = []
+    for p in folder.glob("*.ckpt") if folder.is_dir() else []:
+        if m := STEP_FILE.fullmatch(p.name):
+            found.append((int(m.group(1)), p))
+        elif p.name in PREFERENCE:
+            found.append((int(read_checkpoint(p, required=("global_step",))["global_step"]), p))
+    return sorted(found, key=lambda sp: (-sp[0], PREFERENCE.get(sp[1].name, 2), sp[1].name))
+
+
+def finite_state(ckpt: dict) -> bool:
+    """Every tensor of the weights and of the optimizer's state is finite."""
+
+    def tensors(node):
+        if isinstance(node, torch.Tensor):
+            yield node
+        elif isinstance(node, dict):
+            for v in node.values():
+                yield from tensors(v)
+        elif isinstance(node, (list, tuple)):
+            for v in node:
+                yield from tensors(v)
+
+    return all(
+        bool(torch.isfinite(t).all())
+        for t in tensors([ckpt["state_dict"], ckpt["optimizer_states"]])
+        if t.is_floating_point()
+    )
+
+
+def last_good_checkpoint(folder: Path, resumed_from: Path | None = None) -> Path | None:
+    """The furthest checkpoint of ``folder`` that reads back whole and holds finite weights and optimizer
+    state; else ``resumed_from`` (the checkpoint the run started from), if it is such a file; else None."""
+    try:
+        candidates = [p for _, p in checkpoint_steps(folder)]
+    except CheckpointError:  # an unreadable last.ckpt or final.ckpt: judge the step files alone
+        candidates = sorted(
+            (p for p in folder.glob("step*.ckpt") if STEP_FILE.fullmatch(p.name)),
+            key=lambda p: -int(STEP_FILE.fullmatch(p.name).group(1)),
+        )
+    if resumed_from is not None:
+        candidates.append(Path(resumed_from))
+    for path in candidates:
+        try:
+            if finite_state(read_checkpoint(path)):
+                return path
+        except CheckpointError:
+            continue
+    return None
 
 
 #: The lock file of a run's checkpoint folder, held by the process that writes the run.

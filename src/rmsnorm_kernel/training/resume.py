@@ -6,14 +6,19 @@ A resume never rewrites a run's history:
 - a checkpoint already at or past ``trainer.max_steps`` leaves nothing to train (``Resume.done``), unless
   it is the last step's checkpoint of a run that stopped before its end (no ``final.ckpt`` beside it):
   then the run's end (the test, ``final.ckpt``) is done;
-- a checkpoint of a run that has gone further (a later checkpoint in its folder) starts a new version
-  folder, a branch (``Resume.branch``), which records where it came from; the run it came from keeps
-  its checkpoints and its TensorBoard history;
+- a checkpoint of a run that has gone further (a later checkpoint in its folder) or that has ended (a
+  ``final.ckpt`` in its folder) starts a new version folder, a branch (``Resume.branch``), which records
+  where it came from; the run it came from keeps its checkpoints, its final result and its TensorBoard
+  history. Extending a finished run with a larger ``trainer.max_steps`` is such a branch;
 - otherwise the run continues in its own folders, from the step of the checkpoint.
+
+``ckpt_path=last`` is the furthest checkpoint (``step*.ckpt``, ``last.ckpt``, ``final.ckpt``) of the
+newest run of this configuration; a damaged file there is an error naming it, never a step back.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +26,7 @@ from pathlib import Path
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig
 
-from .checkpoints import CheckpointError, check_matches, read_checkpoint
+from .checkpoints import CheckpointError, check_matches, checkpoint_steps, read_checkpoint
 from .data import SyntheticRegressionData
 from .events import run_event_writer
 from .model import RMSNormRegressor
@@ -38,18 +43,14 @@ class Resume:
     log_dir: Path | None = None  # the TensorBoard folder of the checkpoint's run, when known
 
 
-STEP_FILE = re.compile(r"step(\d+)(?:-v\d+)?\.ckpt")
-
-
-def furthest_step(folder: Path) -> int:
-    """The latest step any checkpoint in a run's checkpoint folder holds (-1 when it holds none)."""
-    steps = [int(m.group(1)) for p in folder.glob("*.ckpt") if (m := STEP_FILE.fullmatch(p.name))]
-    for name in ("last.ckpt", "final.ckpt"):
-        try:
-            steps.append(int(read_checkpoint(folder / name, required=("global_step",))["global_step"]))
-        except CheckpointError:
-            pass  # absent or unreadable: it records no step
-    return max(steps, default=-1)
+def furthest_step(folder: Path) -> float:
+    """The latest step any checkpoint in a run's checkpoint folder holds (-1 when it holds none; infinite
+    when its ``last.ckpt`` or ``final.ckpt`` cannot be read, and so may hold any step)."""
+    try:
+        steps = checkpoint_steps(folder)
+    except CheckpointError:
+        return math.inf
+    return steps[0][0] if steps else -1
 
 
 def checked(path: Path, module: RMSNormRegressor, data: SyntheticRegressionData) -> dict:
@@ -62,30 +63,61 @@ def checked(path: Path, module: RMSNormRegressor, data: SyntheticRegressionData)
     return ckpt
 
 
-def resolve_resume(cfg: DictConfig, module: RMSNormRegressor, data: SyntheticRegressionData) -> Resume | None:
-    """Finds and checks the checkpoint ``cfg.ckpt_path`` names, before anything is written.
+def version_folders(run_dir: Path) -> list[Path]:
+    """The version folders of a run that hold a checkpoint, the most recently written first."""
 
-    ``last`` is the newest ``last.ckpt`` of this run (its folder: ``paths.run_name``) that holds this
-    configuration. The file must load with
-    ``weights_only=True`` and hold this configuration's network, norm path and data.
-    """
+    def newest_write(folder: Path) -> float:
+        return max((p.stat().st_mtime for p in folder.glob("*.ckpt")), default=-math.inf)
+
+    folders = [p for p in run_dir.glob("version_*") if re.fullmatch(r"version_\d+", p.name) and p.is_dir()]
+    folders = [p for p in folders if newest_write(p) > -math.inf]
+    return sorted(folders, key=lambda p: (newest_write(p), int(p.name.removeprefix("version_"))), reverse=True)
+
+
+def furthest_checkpoint(folder: Path) -> Path:
+    """The checkpoint of ``folder`` at the furthest step. Raises ``CheckpointError`` when that file (or a
+    ``last.ckpt`` or ``final.ckpt``, whose step only its content tells) is damaged."""
+    try:
+        steps = checkpoint_steps(folder)
+    except CheckpointError as e:
+        raise CheckpointError(f"ckpt_path=last: the newest run's {e}; {PASS_ANOTHER}") from None
+    path = steps[0][1]
+    try:
+        read_checkpoint(path)
+    except CheckpointError as e:
+        raise CheckpointError(f"ckpt_path=last: the furthest {e}; {PASS_ANOTHER}") from None
+    return path
+
+
+PASS_ANOTHER = "pass ckpt_path=<file> to resume from another checkpoint"
+
+
+def find_last(run_dir: Path, module: RMSNormRegressor, data: SyntheticRegressionData) -> tuple[Path, dict]:
+    """``ckpt_path=last``: the furthest checkpoint of the newest run (version folder) of this configuration
+    (a run name leaves out values that only change the training: a version of another such value is
+    passed over). A damaged furthest checkpoint is an error, never a step back to an earlier one."""
+    folders = version_folders(run_dir)
+    if not folders:
+        raise CheckpointError(f"ckpt_path=last: {run_dir} holds no checkpoint to resume from")
+    refusals = []
+    for folder in folders:
+        path = furthest_checkpoint(folder)
+        try:
+            return path, checked(path, module, data)
+        except CheckpointError as e:  # a whole file of another configuration
+            refusals.append(e)
+    raise refusals[0]  # none matches: the newest one says why
+
+
+def resolve_resume(cfg: DictConfig, module: RMSNormRegressor, data: SyntheticRegressionData) -> Resume | None:
+    """Finds and checks the checkpoint ``cfg.ckpt_path`` names, before anything is written (``find_last``
+    for ``last``). The file must load with ``weights_only=True`` and hold this configuration's network,
+    norm path and data."""
     if cfg.ckpt_path is None:
         return None
     run_dir = project_path(cfg.paths.checkpoints) / run_name(cfg)
     if cfg.ckpt_path == "last":
-        candidates = sorted(run_dir.glob("version_*/last.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
-        if not candidates:
-            raise CheckpointError(f"ckpt_path=last: {run_dir} holds no last.ckpt to resume from")
-        # the newest of this configuration (a run name leaves out values that only change the training)
-        for path in candidates:
-            try:
-                ckpt = checked(path, module, data)
-                break
-            except CheckpointError:
-                continue
-        else:
-            ckpt = checked(candidates[0], module, data)  # none matches: the newest one says why
-            path = candidates[0]
+        path, ckpt = find_last(run_dir, module, data)
     else:
         path = project_path(cfg.ckpt_path)
         ckpt = checked(path, module, data)
@@ -98,7 +130,7 @@ def resolve_resume(cfg: DictConfig, module: RMSNormRegressor, data: SyntheticReg
     ended = further or (path.parent / "final.ckpt").exists()
     if step > cfg.trainer.max_steps or (step == cfg.trainer.max_steps and ended):
         return Resume(path=path, version=version, global_step=step, done=True, log_dir=log_dir)
-    if further or version is None:  # a file of no run of this configuration also starts a new folder
+    if ended or version is None:  # a file of no run of this configuration also starts a new folder
         return Resume(path=path, version=None, global_step=step, branch=True, log_dir=log_dir)
     return Resume(path=path, version=version, global_step=step, log_dir=log_dir)
 
