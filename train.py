@@ -5,6 +5,8 @@ python train.py norm=reference seed=3 trainer.max_steps=200 data.batch_size=64
 python train.py -m norm=reference,triton     # both paths from the same seed, then a side-by-side summary
 """
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
@@ -18,4 +20,8 @@ def main(cfg: DictConfig):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl+C outside a run (composing, between the jobs of a multirun)
+        print("train.py: stopped by SIGINT", file=sys.stderr, flush=True)
+        sys.exit(130)

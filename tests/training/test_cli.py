@@ -3,7 +3,9 @@
 In-process through ``cli.main``; the slow test runs ``train.py`` itself for each exit path.
 """
 
+import errno
 import os
+import signal
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -215,3 +217,211 @@ def test_the_reference_path_runs_at_a_shape_the_triton_contract_refuses_and_pari
     assert result.parity_skipped == f"the Triton contract refuses this shape ({REFUSED})"
     assert result.metrics["parity/initial_output_err"] is None  # nothing was compared
     assert f"  initial parity: skipped: the Triton contract refuses this shape ({REFUSED})" in capsys.readouterr().out
+
+
+def full_disk_after(monkeypatch, module, name, writes):
+    """``module``'s ``open`` refuses, with ENOSPC, the ``writes``-th write of a temporary of ``name``."""
+    real_open, seen = open, []
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def refusing_open(file, mode="r", *args, **kwargs):
+        f = real_open(file, mode, *args, **kwargs)
+        if Path(file).name.startswith(f".{name}.") and "w" in mode:
+            seen.append(file)
+            if len(seen) == writes:
+                return Full(f)
+        return f
+
+    monkeypatch.setattr(module, "open", refusing_open, raising=False)
+
+
+def test_a_full_disk_writing_a_checkpoint_exits_1_with_one_line_naming_it_and_the_last_good_checkpoint(
+    tmp_path, capsys, monkeypatch
+):
+    from rmsnorm_kernel.training import checkpoints
+
+    folder = tmp_path / "checkpoints/reference_seed0/version_0"
+    with monkeypatch.context() as m:
+        full_disk_after(m, checkpoints, "last.ckpt", writes=2)  # last.ckpt at step 4, after step00004.ckpt
+        code, line = exits(tmp_path, capsys, "norm=reference")
+    assert (code, line) == (
+        1,
+        f"train.py: run stopped: disk full: No space left on device, writing {folder}/last.ckpt; "
+        f"the last good checkpoint is {folder}/step00004.ckpt",
+    )
+    assert "Traceback" not in capsys.readouterr().err
+    assert read_checkpoint(folder / "last.ckpt")["global_step"] == 2  # the previous file, whole
+    resumed = main(tmp_path, "norm=reference", "ckpt_path=last")  # continues the same run from step 4
+    assert resumed.ok and not resumed.branched_from and resumed.checkpoint == str(folder / "final.ckpt")
+
+
+def test_a_full_disk_writing_tensorboard_events_exits_1_with_one_line_and_the_last_good_checkpoint(
+    tmp_path, capsys, monkeypatch
+):
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    from rmsnorm_kernel.training.model import RMSNormRegressor
+
+    full, write, end = [], RecordWriter.write, RMSNormRegressor.on_train_batch_end
+
+    def refusing_write(self, data):
+        if full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(self, data)
+
+    def on_train_batch_end(self, *args):
+        end(self, *args)
+        if self.global_step == 3:
+            full.append(True)
+
+    monkeypatch.setattr(RecordWriter, "write", refusing_write)
+    monkeypatch.setattr(RMSNormRegressor, "on_train_batch_end", on_train_batch_end)
+    code, line = exits(tmp_path, capsys, "norm=reference")
+    log_dir, folder = tmp_path / "runs/reference_seed0/version_0", tmp_path / "checkpoints/reference_seed0/version_0"
+    assert code == 1
+    assert line.startswith(
+        f"train.py: run stopped: disk full: No space left on device, writing the TensorBoard event files in "
+        f"{log_dir}; the last good checkpoint is {folder}/"
+    )
+    assert read_checkpoint(Path(line.split("the last good checkpoint is ")[1]))["global_step"] >= 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def stop_at_step(monkeypatch, step, error):
+    from rmsnorm_kernel.training.model import RMSNormRegressor
+
+    end = RMSNormRegressor.on_train_batch_end
+
+    def on_train_batch_end(self, *args):
+        end(self, *args)
+        if self.global_step == step:
+            raise error
+
+    monkeypatch.setattr(RMSNormRegressor, "on_train_batch_end", on_train_batch_end)
+
+
+def test_a_crash_exits_1_with_one_line_naming_the_last_good_checkpoint(tmp_path, capsys, monkeypatch):
+    stop_at_step(monkeypatch, 3, RuntimeError("boom"))
+    code, line = exits(tmp_path, capsys, "norm=reference")
+    folder = tmp_path / "checkpoints/reference_seed0/version_0"
+    assert (code, line) == (1, f"train.py: crashed: RuntimeError: boom; the last good checkpoint is {folder}/last.ckpt")
+
+
+def test_a_resumed_run_stopped_before_its_first_checkpoint_names_the_checkpoint_it_resumed_from(
+    tmp_path, capsys, monkeypatch
+):
+    from rmsnorm_kernel.training.model import NonFiniteLossError
+
+    assert main(tmp_path, "norm=reference", "trainer.max_steps=2").ok
+    source = tmp_path / "checkpoints/reference_seed0/version_0/last.ckpt"
+    stop_at_step(monkeypatch, 3, NonFiniteLossError("train/mse is nan at step 3"))
+    code, line = exits(tmp_path, capsys, "norm=reference", "ckpt_path=last")
+    assert (code, line) == (
+        1,
+        f"train.py: training stopped: train/mse is nan at step 3; the last good checkpoint is {source} "
+        "(the one this run resumed from)",
+    )
+
+
+def test_the_resume_command_starts_with_the_interpreter_that_ran_quoted_for_the_shell(monkeypatch):
+    monkeypatch.setattr(cli.sys, "executable", "/opt/my python/bin/python3")
+    assert cli.resume_command(Path("/runs/last.ckpt")) == (
+        "'/opt/my python/bin/python3' train.py <the same overrides> ckpt_path=/runs/last.ckpt"
+    )
+
+
+def fake_multirun(monkeypatch):
+    hydra = SimpleNamespace(mode=RunMode.MULTIRUN, overrides=SimpleNamespace(task=["norm=reference"]))
+    monkeypatch.setattr(cli, "HydraConfig", SimpleNamespace(initialized=lambda: True, get=lambda: hydra))
+
+
+def test_ctrl_c_in_a_multirun_stops_it_as_a_whole_with_exit_130_and_one_line(tmp_path, capsys, monkeypatch):
+    from tests.training.test_resume import signal_after_step
+
+    fake_multirun(monkeypatch)
+    signal_after_step(monkeypatch, 2, signal.SIGINT)
+    with pytest.raises(SystemExit) as exit_:  # not a failed job that lets the next one start
+        main(tmp_path, "norm=reference")
+    assert exit_.value.code == 130
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("train.py:")]
+    assert line.startswith("train.py: stopped by SIGINT at step 2; ")
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_the_final_test_exits_with_its_code_and_one_line_naming_the_last_good_checkpoint(
+    tmp_path, capsys, monkeypatch, signum, code
+):
+    from rmsnorm_kernel.training.model import RMSNormRegressor
+
+    monkeypatch.setattr(RMSNormRegressor, "on_test_start", lambda self: os.kill(os.getpid(), signum))
+    before = signal.getsignal(signal.SIGTERM)
+    folder = tmp_path / "checkpoints/reference_seed0/version_0"
+    assert exits(tmp_path, capsys, "norm=reference") == (
+        code,
+        f"train.py: stopped by {signal.Signals(signum).name}; the last good checkpoint is {folder}/last.ckpt",
+    )
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU, 16-mixed runs as recorded")
+def test_16_mixed_on_the_cpu_is_refused_before_any_work_naming_what_the_cpu_accepts(tmp_path, capsys):
+    assert exits(tmp_path, capsys, "trainer.precision=16-mixed") == (
+        2,
+        "train.py: configuration error: trainer.precision is '16-mixed', which Lightning runs as bf16-mixed on "
+        "the CPU; accepted on the CPU: 32-true, 32, bf16-mixed",
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+CRASH = (
+    "from rmsnorm_kernel.training.model import RMSNormRegressor as M\n"
+    "def boom(self, *a):\n    raise RuntimeError('boom')\n"
+    "M.on_train_batch_end = boom\n"
+)
+CTRL_C_AT_STEP_2 = (
+    "import os, signal\nfrom rmsnorm_kernel.training.model import RMSNormRegressor as M\nend = M.on_train_batch_end\n"
+    "def ctrl_c(self, *a):\n    end(self, *a)\n"
+    "    if self.global_step == 2:\n        os.kill(os.getpid(), signal.SIGINT)\n"
+    "M.on_train_batch_end = ctrl_c\n"
+)
+
+
+@pytest.mark.slow
+def test_a_crash_in_train_py_is_one_line_with_its_traceback_in_the_hydra_folder(tmp_path):
+    proc = train_process(tmp_path, *SCHEDULE, "norm=reference", prelude=CRASH)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert "Error executing job" not in proc.stderr and "Traceback" not in proc.stderr
+    assert lines[-1].startswith("train.py: crashed: RuntimeError: boom (traceback in ")
+    (trace,) = (tmp_path / "outputs/hydra").glob("*/traceback.txt")
+    assert "RuntimeError: boom" in trace.read_text()
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_multirun_process_exits_130_and_starts_no_further_job(tmp_path):
+    proc = train_process(tmp_path, "-m", "norm=reference,triton", *SCHEDULE, prelude=CTRL_C_AT_STEP_2)
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("train.py: stopped by SIGINT at step 2; ")
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["reference_seed0"]
+
+
+@pytest.mark.slow
+def test_a_resume_with_nothing_to_do_writes_nothing_not_even_a_hydra_folder(tmp_path):
+    assert train_process(tmp_path, *SCHEDULE, "norm=reference").returncode == 0
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    proc = train_process(tmp_path, *SCHEDULE, "norm=reference", "ckpt_path=last")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith("train.py: nothing to do: ")
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before

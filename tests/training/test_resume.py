@@ -4,6 +4,8 @@ work, and reproducible runs. The slow tests kill real ``train.py`` processes."""
 import argparse
 import os
 import random
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +15,7 @@ import pytest
 import torch
 
 from rmsnorm_kernel.training.checkpoints import read_checkpoint
+from rmsnorm_kernel.training.events import read_scalars
 from rmsnorm_kernel.training.model import RMSNormRegressor
 from tests.helpers import ROOT, train_process
 
@@ -75,7 +78,7 @@ def test_run_crashed_mid_epoch_and_resumed_ends_bit_identical(tmp_path, monkeypa
     stale.write_bytes(b"half a checkpoint")  # what a writer killed mid-write leaves
     resumed = train(broken, f"norm={impl}", *RESUMABLE, "ckpt_path=last")
     assert resumed.ok, resumed.failures
-    assert resumed.metrics["parity/initial_output_err"] is None  # measured by the crashed run, at step 0
+    assert resumed.metrics["parity/initial_output_err"] is not None  # step 0's, carried by the checkpoint
     assert not stale.exists()
     assert_same_training(whole, broken, impl, steps=10)
 
@@ -117,7 +120,7 @@ def test_ckpt_path_last_without_a_previous_run_is_refused(tmp_path, capsys):
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"train.py: checkpoint error: ckpt_path=last: {tmp_path}/checkpoints/triton_seed0 "
-        "holds no last.ckpt to resume from"
+        "holds no checkpoint to resume from"
     )
     assert list(tmp_path.iterdir()) == []
 
@@ -351,7 +354,7 @@ def test_a_signal_writes_last_at_the_step_reached_exits_non_zero_and_resumes_bit
     last = stopped / "checkpoints/reference_seed0/version_0/last.ckpt"
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"train.py: stopped by {signal.Signals(signum).name} at step {step}; {last} holds that step; "
-        f"resume with: python train.py <the same overrides> ckpt_path={last}"
+        f"resume with: {shlex.quote(sys.executable)} train.py <the same overrides> ckpt_path={last}"
     )
     assert signal.getsignal(signal.SIGINT) is before  # handlers given back
     assert read_checkpoint(last)["global_step"] == step
@@ -491,3 +494,61 @@ def test_sigterm_during_a_validation_pass_lets_it_end_and_the_resume_logs_every_
     assert read_checkpoint(checkpoint_of(stopped, "reference", "last.ckpt"))["global_step"] == 4
     assert main(stopped, *common, "ckpt_path=last").ok
     assert_same_training(whole, stopped, "reference", steps=10)  # val/mse of steps 4 and 8 included
+
+
+@pytest.mark.parametrize("source", ["last", "final.ckpt"])
+def test_extending_a_finished_run_branches_and_keeps_its_final_checkpoint_and_test_mse(tmp_path, source):
+    assert train(tmp_path, "norm=reference").ok  # 4 steps, ended
+    before = files_under(tmp_path)
+    folder = tmp_path / "checkpoints/reference_seed0/version_0"
+    ckpt_path = "last" if source == "last" else str(folder / source)
+    extended = train(tmp_path, "norm=reference", "trainer.max_steps=6", f"ckpt_path={ckpt_path}")
+    assert extended.ok and extended.steps == 6
+    assert {p: b for p, b in files_under(tmp_path).items() if p in before} == before  # nothing replaced
+    assert extended.checkpoint == str(tmp_path / "checkpoints/reference_seed0/version_1/final.ckpt")
+    assert extended.branched_from.endswith(" at step 4")
+    assert read_checkpoint(folder / "final.ckpt")["global_step"] == 4
+    first = read_scalars(tmp_path / "runs/reference_seed0/version_0")
+    second = read_scalars(tmp_path / "runs/reference_seed0/version_1")
+    assert [s for s, _ in first["test/mse"]] == [4] and [s for s, _ in second["test/mse"]] == [6]
+    again = train(tmp_path, "norm=reference", "trainer.max_steps=7", "ckpt_path=last")  # the newest run: the branch
+    assert again.branched_from == f"{tmp_path}/checkpoints/reference_seed0/version_1/last.ckpt at step 6"
+
+
+@pytest.mark.parametrize("damaged", ["last.ckpt", "final.ckpt", "step00004.ckpt"])
+def test_ckpt_path_last_refuses_a_damaged_newest_checkpoint_naming_it_and_never_steps_back(tmp_path, capsys, damaged):
+    assert train(tmp_path, "norm=reference").ok  # version_0
+    assert train(tmp_path, "norm=reference").ok  # version_1, the newest run
+    folder = tmp_path / "checkpoints/reference_seed0/version_1"
+    if damaged.startswith("step"):  # the furthest checkpoint, its step told by its name alone
+        (folder / "last.ckpt").unlink()
+        (folder / "final.ckpt").unlink()
+    bad = folder / damaged
+    bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])
+    before = files_under(tmp_path)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(tmp_path, "norm=reference", "trainer.max_steps=6", "ckpt_path=last")
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("train.py: checkpoint error: ckpt_path=last: the ") and f"checkpoint {bad} is " in line
+    assert line.endswith("pass ckpt_path=<file> to resume from another checkpoint")
+    assert files_under(tmp_path) == before
+
+
+def test_a_kill_between_two_checkpoint_writes_resumes_the_furthest_complete_one_in_the_same_run(
+    tmp_path, tmp_path_factory, monkeypatch
+):
+    whole, _ = shared_run(tmp_path_factory, "norm=reference")
+    every_step = ["norm=reference", "checkpoint.every_n_steps=1"]
+    with monkeypatch.context() as m:
+        crash_after_checkpoint_of_step(m, 3)
+        with pytest.raises(Crash):
+            train(tmp_path, *every_step)
+    folder = tmp_path / "checkpoints/reference_seed0/version_0"
+    shutil.copy(folder / "step00002.ckpt", folder / "last.ckpt")  # killed after step00003.ckpt, before last.ckpt
+    resumed = train(tmp_path, *every_step, "ckpt_path=last")
+    assert resumed.ok and resumed.steps == 4
+    assert not resumed.branched_from and resumed.checkpoint == str(folder / "final.ckpt")  # the same run, continued
+    assert sorted(p.name for p in (tmp_path / "checkpoints/reference_seed0").iterdir()) == ["version_0"]
+    assert_same_training(whole, tmp_path, "reference", steps=4)

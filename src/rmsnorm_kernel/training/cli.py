@@ -1,26 +1,42 @@
 """The body of ``train.py``: one run, its summary, and one line on standard error when it fails.
 
-Exit codes: 0 for a run that passed its checks, and for a resume that found nothing to train (one
-line on standard output says so); 2 for a configuration, checkpoint or output path refused before any
-work, and for a run whose checkpoint folder another live process is writing (its lock); 143 (SIGTERM) or
-130 (SIGINT) for a run stopped by that signal, after writing ``last.ckpt`` (the line names it and the
-command that resumes it); 1 for a run stopped by a non-finite loss, by a parity check past the tolerance
-or by the Triton contract, or a failed check. In a multirun, a job that fails prints its
-line and returns a ``RunResult`` whose ``stopped`` holds that line (an unexpected exception prints its
-traceback too): the next job runs, and the exit code comes at the end, for all jobs
+Every abnormal end is one line (``train.py: <cause>``, naming the last good checkpoint where there is one)
+and a non-zero exit:
+
+- 2: a configuration, checkpoint or output path refused before any work, and a run whose checkpoint
+  folder another live process is writing (its lock);
+- 143 (SIGTERM) or 130 (SIGINT): a run stopped by that signal. During training, after writing
+  ``last.ckpt`` (the line names it and the command that resumes it); at any other moment (set-up, the
+  final test, between the jobs of a multirun) at once, naming the last good checkpoint. A signal stops
+  a multirun as a whole: no further job starts;
+- 1: a run stopped by a non-finite loss, by a parity check past the tolerance, by the Triton contract or
+  by a write the disk refused (a full disk: ``run.OutputError``), a failed check, and a crash (an
+  unexpected exception: its traceback goes to ``traceback.txt`` in the Hydra folder, or to standard error
+  without one; ``HYDRA_FULL_ERROR=1`` lets it through).
+
+In a multirun, a job that fails (other than by a signal) prints its line and returns a ``RunResult``
+whose ``stopped`` holds that line: the next job runs, and the exit code comes at the end, for all jobs
 (``summary.MultirunSummary``). Hydra itself exits 1 for a value of the wrong type or an unknown key.
+
+A resume that finds nothing to train exits 0 with one line on standard output, and writes nothing: the
+Hydra folder of that invocation is removed again (``HydraFolders``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shlex
+import shutil
 import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback as HydraCallback
 from hydra.types import RunMode
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
@@ -32,7 +48,7 @@ from .checkpoints import CheckpointError, RunInUse
 from .config import ConfigError
 from .model import TrainingStopped
 from .paths import PathError, run_name
-from .run import RunResult, run
+from .run import OutputError, RunResult, run
 from .summary import format_summary
 
 PROG = "train.py"
@@ -61,29 +77,88 @@ def hydra_value(text: str) -> str:
 
 
 def resume_command(checkpoint: Path) -> str:
-    """The shell command that resumes this run from ``checkpoint``: the same overrides, that ckpt_path."""
+    """The shell command that resumes this run from ``checkpoint``: the interpreter that runs this one
+    (``sys.executable``), the same script and overrides, that ckpt_path; each quoted for the shell."""
+    python = shlex.quote(sys.executable or "python")
     if HydraConfig.initialized():
         script = sys.argv[0] if sys.argv[0].endswith(PROG) else PROG  # as it was started
         overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("ckpt_path=")]
         args = [script, *overrides, f"ckpt_path={hydra_value(str(checkpoint))}"]
-        return " ".join(["python", *map(shlex.quote, args)])
+        return " ".join([python, *map(shlex.quote, args)])
     # called without Hydra's command line (in-process): its overrides are not known here
-    return f"python {PROG} <the same overrides> {shlex.quote('ckpt_path=' + hydra_value(str(checkpoint)))}"
+    return f"{python} {PROG} <the same overrides> {shlex.quote('ckpt_path=' + hydra_value(str(checkpoint)))}"
+
+
+class Stopped(BaseException):
+    """SIGINT or SIGTERM outside training (set-up, the final test): raised where the process is, so that
+    it ends with one line. A ``BaseException``: no job runner or library handler takes it for a failure
+    of its own and carries on."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+@contextlib.contextmanager
+def signals_stop_the_command():
+    """SIGINT and SIGTERM raise ``Stopped`` (in the main thread, where Python runs signal handlers).
+    While training, ``callbacks.sigint_as_sigterm`` and Lightning's SIGTERM handling replace them, and
+    ``run.py`` leaves SIGTERM to Lightning alone; both are put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Stopped(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def main(cfg: DictConfig) -> RunResult:
     """One run; a failed check exits non-zero (at the end of a multirun, after every run)."""
-    if not multirun():
-        return run_and_report(cfg)
     try:
-        return run_and_report(cfg)
-    except JobFailed as e:
-        reason = str(e)
-    except Exception as e:  # a crash: its traceback, then its line, and the next job
-        traceback.print_exc()
-        reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-        print(f"{PROG}: {reason}", file=sys.stderr, flush=True)
+        with signals_stop_the_command():
+            if not multirun():
+                return run_and_report(cfg)
+            try:
+                return run_and_report(cfg)
+            except JobFailed as e:
+                reason = str(e)
+            except Exception as e:  # a crash: its line, and the next job
+                reason = crashed(e)
+    except (Stopped, KeyboardInterrupt) as e:
+        name = e.signal_name if isinstance(e, Stopped) else "SIGINT"
+        last = getattr(e, "last_good", None)
+        print(f"{PROG}: stopped by {name}" + (f"; {last}" if last else ""), file=sys.stderr, flush=True)
+        sys.exit(128 + signal.Signals[name].value)  # in a multirun too: no further job starts
     return RunResult(name=run_name(cfg), impl=cfg.norm.impl, seed=cfg.seed, backend=backend(), stopped=reason)
+
+
+def crashed(e: Exception) -> str:
+    """An unexpected exception as one line (its traceback in the Hydra folder), printed; returns the line."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise e
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    reason = f"crashed: {type(e).__name__}: {first}"
+    text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    if HydraConfig.initialized():
+        path = Path(HydraConfig.get().runtime.output_dir) / "traceback.txt"
+        try:
+            path.write_text(text)
+            reason += f" (traceback in {path})"
+        except OSError:
+            print(text, file=sys.stderr, end="", flush=True)
+    else:
+        print(text, file=sys.stderr, end="", flush=True)
+    if getattr(e, "last_good", None):
+        reason += f"; {e.last_good}"
+    print(f"{PROG}: {reason}", file=sys.stderr, flush=True)
+    return reason
 
 
 def run_and_report(cfg: DictConfig) -> RunResult:
@@ -99,17 +174,57 @@ def run_and_report(cfg: DictConfig) -> RunResult:
         fail(f"run in use: {e}", 2)
     except TrainingStopped as e:  # a non-finite loss, parity past the tolerance
         fail(f"training stopped: {e}", 1)
-    except Interrupted as e:
-        code = 128 + getattr(signal, e.signal_name).value
-        fail(f"{e}; resume with: {resume_command(e.checkpoint)}", code)
+    except OutputError as e:  # a full disk
+        fail(f"run stopped: {e}", 1)
+    except Interrupted as e:  # a signal stops a multirun as a whole
+        print(f"{PROG}: {e}; resume with: {resume_command(e.checkpoint)}", file=sys.stderr, flush=True)
+        sys.exit(128 + getattr(signal, e.signal_name).value)
     except ContractError as e:
         fail(f"training stopped: {e} (norm.fallback=reference sends such inputs to the reference)", 1)
+    except Exception as e:
+        if multirun():
+            raise
+        crashed(e)
+        sys.exit(1)
     if rank_zero_only.rank != 0:
         return result  # process 0 reports for all
     if result.nothing_to_do:
+        HydraFolders.remove_this_invocations()
         print(f"{PROG}: nothing to do: {result.nothing_to_do}", flush=True)
         return result
     print(format_summary(result), flush=True)
     if not result.ok and not multirun():
         fail(f"check failed: {result.failures[0]}", 1)
     return result
+
+
+class HydraFolders(HydraCallback):
+    """Records, before Hydra creates a single run's output folder, which of its folders did not exist
+    yet; ``remove_this_invocations`` removes them again (a resume with nothing to do writes nothing).
+    Listed in ``conf/config.yaml``'s ``hydra.callbacks``."""
+
+    created: list[Path] = []  # the run folder and the parents it adds, outermost first
+
+    def on_run_start(self, config, **kwargs) -> None:
+        folder = Path(str(config.hydra.run.dir))
+        folder = folder if folder.is_absolute() else Path.cwd() / folder
+        missing = []
+        while not folder.exists() and folder != folder.parent:
+            missing.append(folder)
+            folder = folder.parent
+        HydraFolders.created = missing[::-1]
+
+    @staticmethod
+    def remove_this_invocations() -> None:
+        if not HydraConfig.initialized() or multirun() or not HydraFolders.created:
+            return
+        *parents, own = HydraFolders.created
+        if Path(HydraConfig.get().runtime.output_dir).resolve() != own.resolve():
+            return
+        shutil.rmtree(own, ignore_errors=True)
+        for p in reversed(parents):
+            try:
+                p.rmdir()  # only if empty: another invocation may be writing beside this one
+            except OSError:
+                break
+        HydraFolders.created = []

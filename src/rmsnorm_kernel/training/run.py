@@ -17,10 +17,15 @@ Before the model is built, the runs and checkpoint folders are created and prove
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
+import signal
 import statistics
+import threading
 import time
+import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,14 +40,15 @@ from torch.utils.data import DataLoader
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from ..ops.backend import backend
+from ..ops.contract import ContractError
 from ..ops.tolerances import TOLERANCES
 from .callbacks import Interrupted, Parity, SaveOnSignal, StepTimer, ValidateAtLastStep, sigint_as_sigterm
-from .checkpoints import AtomicCheckpointIO, RunLock, remove_stale_temporaries
-from .config import validate
+from .checkpoints import AtomicCheckpointIO, RunLock, last_good_checkpoint, remove_stale_temporaries
+from .config import ConfigError, validate
 from .data import SyntheticRegressionData
 from .events import run_event_writer, write_layout
 from .model import RMSNormRegressor, TrainingStopped
-from .paths import claim_version, prepare_folder, project_path, remove_folders, run_name
+from .paths import NAME_DEFAULTS, claim_version, prepare_folder, project_path, remove_folders, run_name
 from .resume import mark_branch, mark_restart, resolve_resume
 
 
@@ -138,6 +144,7 @@ def reload_max_abs_diff(
 
 def flat_hparams(cfg: DictConfig) -> dict:
     container = OmegaConf.to_container(cfg, resolve=True)
+    container.pop(NAME_DEFAULTS, None)  # the reference of the run's name, not a setting
     flat = {}
 
     def walk(prefix, node):
@@ -201,15 +208,107 @@ def failed_checks(
     return failures
 
 
+def check_precision(cfg: DictConfig) -> None:
+    """Refuse a precision that Lightning would replace by another on this machine: the configuration and
+    HPARAMS must record what runs. On the CPU, Lightning runs ``16-mixed`` as ``bf16-mixed``."""
+    accelerator = str(cfg.trainer.accelerator)
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    if on_cpu and str(cfg.trainer.precision) == "16-mixed":
+        raise ConfigError(
+            "trainer.precision is '16-mixed', which Lightning runs as bf16-mixed on the CPU; "
+            "accepted on the CPU: 32-true, 32, bf16-mixed"
+        )
+
+
+class OutputError(RuntimeError):
+    """A file of the run could not be written (a full disk, an I/O error): the message names the cause,
+    the file or folder, and the last good checkpoint."""
+
+
+#: The errors of a write that the disk or the file system refused.
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM}
+
+
+def write_failure(error: BaseException) -> OSError | None:
+    """The refused write behind ``error``, if any: an ``OSError`` of ``WRITE_ERRNOS`` in its chain of
+    causes (Lightning reports a failed TensorBoard write as a ValueError about the logged value)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in WRITE_ERRNOS:
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def describe_write_failure(error: OSError, log_dir: str) -> str:
+    """``disk full: No space left on device, writing <file>`` (the TensorBoard folder for its event files,
+    whose writer thread does not name them)."""
+    cause = "disk full" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "write failed"
+    if error.filename:
+        where = str(error.filename)
+    elif any(f"{os.sep}tensorboard{os.sep}" in frame.filename for frame in traceback.extract_tb(error.__traceback__)):
+        where = f"the TensorBoard event files in {log_dir}"
+    else:
+        where = "a file of the run"
+    return f"{cause}: {os.strerror(error.errno)}, writing {where}"
+
+
+def last_good_line(folder: Path, resumed_from: Path | None) -> str:
+    """The end of each line that reports a run stopped after set-up: its last good checkpoint."""
+    kept = last_good_checkpoint(folder, resumed_from)
+    if kept is None:
+        return "no checkpoint had been written yet"
+    if resumed_from is not None and kept == Path(resumed_from) and kept.parent != folder:
+        return f"the last good checkpoint is {kept} (the one this run resumed from)"
+    return f"the last good checkpoint is {kept}"
+
+
+@contextlib.contextmanager
+def sigterm_left_to_lightning():
+    """While training, SIGTERM is Lightning's alone (``callbacks.SaveOnSignal``): Lightning also calls a
+    handler it finds in place, and the command's own (``cli.signals_stop_the_command``) would stop the
+    step where it is. Put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def writer_thread_errors_quiet():
+    """TensorBoard writes its event files from a thread: a write the disk refuses is raised again at the
+    next write of the training process, which reports it in one line; the thread's own traceback is not
+    printed."""
+    previous = threading.excepthook
+
+    def hook(args) -> None:
+        if isinstance(args.exc_value, OSError) and type(args.thread).__module__.startswith("tensorboard."):
+            return
+        previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
+
+
 def run(cfg: DictConfig) -> RunResult:
     """Trains once as configured, runs the checks, and returns what happened (failures included).
 
     Raises ``ConfigError``, ``CheckpointError``, ``PathError`` (all before anything is written),
     ``checkpoints.RunInUse`` (another live process writes the run), ``NonFiniteLossError``,
-    ``ContractError`` and ``callbacks.Interrupted`` (SIGTERM, SIGINT); ``cli.main`` turns each into one line
-    and an exit code.
+    ``ContractError``, ``OutputError`` (a write refused: a full disk) and ``callbacks.Interrupted``
+    (SIGTERM, SIGINT); ``cli.main`` turns each into one line and an exit code. Any other exception after
+    set-up carries ``last_good`` (``last_good_line``) for that line.
     """
     validate(cfg)
+    check_precision(cfg)
     # The splits are small tensors already in memory; worker processes would only add start-up time.
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
     # The checkpoint folder holds the run's lock file from the start, and a resumed run's checkpoints.
@@ -273,7 +372,52 @@ def train_and_check(
     checkpoint_dir: Path,
     start: float,
 ) -> RunResult:
-    """The body of ``run`` once its folders are known and locked: training, the end, the checks."""
+    """The body of ``run`` once its folders are known and locked: training, the end, the checks.
+
+    Whatever stops it after this point is reported with the last good checkpoint (``last_good_line``)."""
+    checkpoints = ModelCheckpoint(
+        dirpath=checkpoint_dir,
+        filename="step{step:05d}",
+        auto_insert_metric_name=False,
+        every_n_train_steps=cfg.checkpoint.every_n_steps,
+        save_top_k=-1,
+        save_last=True,
+    )
+
+    def kept() -> str:
+        folder = Path(checkpoints.dirpath) if checkpoints.dirpath else checkpoint_dir  # process 0's, broadcast
+        return last_good_line(folder, resume.path if resume is not None else None)
+
+    try:
+        with writer_thread_errors_quiet():
+            return train_and_check_body(cfg, result, module, data, resume, logger, checkpoint_dir, start, checkpoints)
+    except (Interrupted, ContractError):
+        raise
+    except TrainingStopped as e:  # a non-finite loss, a parity check past the tolerance
+        raise type(e)(f"{e}; {kept()}") from None
+    except Exception as e:
+        refused = write_failure(e)
+        if refused is not None:
+            raise OutputError(f"{describe_write_failure(refused, str(logger.log_dir))}; {kept()}") from e
+        e.last_good = kept()
+        raise
+    except BaseException as e:  # a signal outside training (cli.Stopped), KeyboardInterrupt
+        if not isinstance(e, SystemExit):
+            e.last_good = kept()
+        raise
+
+
+def train_and_check_body(
+    cfg: DictConfig,
+    result: RunResult,
+    module: RMSNormRegressor,
+    data: SyntheticRegressionData,
+    resume,
+    logger: TensorBoardLogger,
+    checkpoint_dir: Path,
+    start: float,
+    checkpoints: ModelCheckpoint,
+) -> RunResult:
     # Under data parallelism every process runs this function; process 0 alone writes files (Lightning
     # routes logging and checkpoint writing through it, and these lines follow the same rule).
     if process_zero():
@@ -287,14 +431,6 @@ def train_and_check(
     parity = Parity(cfg.parity.every_n_steps)
     timer = StepTimer(norm_events=not cfg.compile)
     on_signal = SaveOnSignal(checkpoint_dir)
-    checkpoints = ModelCheckpoint(
-        dirpath=checkpoint_dir,
-        filename="step{step:05d}",
-        auto_insert_metric_name=False,
-        every_n_train_steps=cfg.checkpoint.every_n_steps,
-        save_top_k=-1,
-        save_last=True,
-    )
     trainer = L.Trainer(
         max_steps=cfg.trainer.max_steps,
         val_check_interval=cfg.trainer.val_check_interval,
@@ -317,17 +453,12 @@ def train_and_check(
         use_distributed_sampler=False,  # evaluation splits are sharded without padding (data.py)
     )
     try:
-        with sigint_as_sigterm(on_signal):
+        with sigint_as_sigterm(on_signal), sigterm_left_to_lightning():
             trainer.fit(module, datamodule=data, ckpt_path=str(resume.path) if resume else None, weights_only=True)
     except SystemExit:  # Lightning's exit on SIGTERM, and on KeyboardInterrupt
         if on_signal.saved is None:
             raise
         raise Interrupted(on_signal.signal_name, on_signal.saved, on_signal.step) from None
-    except TrainingStopped as e:  # a non-finite loss, a parity check past the tolerance
-        folder = Path(checkpoints.dirpath) if checkpoints.dirpath else checkpoint_dir  # process 0's, broadcast
-        saved = sorted(folder.glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
-        kept = f"the last good checkpoint is {saved[-1]}" if saved else "no checkpoint had been written yet"
-        raise type(e)(f"{e}; {kept}") from None
     fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}  # test() resets them
     final = checkpoint_dir / "final.ckpt"
     trainer.save_checkpoint(final, weights_only=False)  # the full state: optimizer and loops too
