@@ -213,19 +213,6 @@ def test_the_accepted_strategies_are_lightnings():
     assert set(STRATEGIES) - {"auto"} <= set(StrategyRegistry.available_strategies())
 
 
-def test_a_row_wider_than_the_kernels_is_refused_on_the_triton_path_only(base_cfg):
-    assert refusal(base_cfg, **{"model.hidden_dim": 65537}) == (
-        "model.hidden_dim is 65537 with norm=triton; accepted: an integer <= 65536 (the kernels' widest row), "
-        "or norm=reference"
-    )
-    from omegaconf import OmegaConf
-
-    cfg = base_cfg.copy()
-    OmegaConf.update(cfg, "norm.impl", "reference")
-    OmegaConf.update(cfg, "model.hidden_dim", 65537)
-    validate(cfg)
-
-
 @pytest.mark.parametrize("key", ["paths.runs", "paths.checkpoints"])
 def test_a_folder_name_longer_than_the_file_system_allows_is_refused(base_cfg, tmp_path, key):
     line = refusal(base_cfg, **{key: str(tmp_path / "n" / ("x" * 256))})

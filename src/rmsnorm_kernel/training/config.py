@@ -22,7 +22,6 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from ..ops.contract import MAX_N
 from ..ops.impls import FALLBACKS, IMPLS
 from .paths import project_path
 
@@ -93,16 +92,6 @@ class NameDefaults:
 
 
 @dataclass
-class NameDefaults:
-    """The default network, data and norm values, composed from ``conf/`` untouched by overrides: a run's
-    name (``paths.run_name``) lists the values that differ from them. Not a setting."""
-
-    norm: NormConfig = field(default_factory=NormConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-
-
-@dataclass
 class Config:
     norm: NormConfig = field(default_factory=NormConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -114,7 +103,6 @@ class Config:
     seed: int = MISSING
     compile: bool = MISSING
     ckpt_path: str | None = None
-    name_defaults: NameDefaults = field(default_factory=NameDefaults)
     name_defaults: NameDefaults = field(default_factory=NameDefaults)
 
 
@@ -291,11 +279,6 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"norm.fallback is {cfg.norm.fallback!r}; accepted: null or reference")
     if cfg.norm.impl not in IMPLS:
         raise ConfigError(f"norm.impl is {cfg.norm.impl!r}; accepted: {', '.join(IMPLS)}")
-    if cfg.norm.impl == "triton" and cfg.model.hidden_dim > MAX_N:
-        raise ConfigError(
-            f"model.hidden_dim is {cfg.model.hidden_dim} with norm=triton; accepted: an integer <= {MAX_N} "
-            "(the kernels' widest row), or norm=reference"
-        )
     if str(cfg.trainer.precision) not in PRECISIONS:
         raise ConfigError(f"trainer.precision is {cfg.trainer.precision!r}; accepted: {', '.join(PRECISIONS)}")
     if cfg.trainer.accelerator not in ACCELERATORS:
