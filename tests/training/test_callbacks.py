@@ -25,14 +25,18 @@ class Logger:
 
 
 class Strategy:
-    """One process: reduce returns its input, unless told what the other processes' worst value was."""
+    """One process: reduce returns its input, unless told what the other processes' values were: their
+    worst ratio to the tolerance, or [that ratio, their output difference, their gradient difference]."""
 
     def __init__(self, others=None):
         self.others = others
 
     def reduce(self, t, reduce_op):
         assert reduce_op == "max"
-        return t if self.others is None else torch.maximum(t, torch.tensor(self.others, device=t.device))
+        if self.others is None:
+            return t
+        others = self.others if isinstance(self.others, list) else [self.others, 0.0, 0.0]
+        return torch.maximum(t, torch.tensor(others, dtype=t.dtype, device=t.device))
 
 
 def trainer_at(step, others=None, logger=True):
@@ -107,6 +111,50 @@ def test_the_verdict_is_the_worst_over_every_process():
         measure(step=25, others=3.0)
     parity, _, _, _ = measure(step=25, others=0.5)
     assert parity.worst_over_tol == 0.5
+
+
+def test_under_data_parallelism_the_reported_differences_are_the_largest_over_every_process():
+    # docs/resume-and-faults.md, "Numbers under data parallelism": the summary's parity numbers are global
+    parity, logged, _, _ = measure(step=0, others=[0.5, 0.25, 0.125])  # another process's rows differ more
+    assert parity.ok and (parity.worst_over_tol, parity.output_err, parity.grad_err) == (0.5, 0.25, 0.125)
+    metrics = logged[0][1]
+    assert (metrics["parity/output_err"], metrics["parity/grad_err"]) == (0.25, 0.125)
+    assert (metrics["parity/initial_output_err"], metrics["parity/initial_grad_err"]) == (0.25, 0.125)
+
+
+def test_the_verdicts_round_trip_through_a_checkpoint_read_with_weights_only(tmp_path, monkeypatch):
+    # docs/resume-and-faults.md, "Verdicts across a resume"
+    monkeypatch.setattr(kernels, "rmsnorm_forward", block_mean_forward)
+    parity, _, _, _ = measure()
+    assert not parity.ok and parity.failed_steps == [0]
+    torch.save({"callbacks": {parity.state_key: parity.state_dict()}}, tmp_path / "c.ckpt")
+    state = torch.load(tmp_path / "c.ckpt", weights_only=True)["callbacks"]["Parity"]
+    resumed = Parity(every_n_steps=25)
+    resumed.load_state_dict(state)
+    resumed.on_train_start(trainer_at(7), None)  # Lightning restores the callbacks before training starts
+    for name in ("output_err", "grad_err", "dtype", "ok", "skipped", "checked_steps", "failed_steps", "worst_over_tol"):
+        assert getattr(resumed, name) == getattr(parity, name), name
+    assert resumed.unknown_before is None
+
+
+@pytest.mark.parametrize(("step", "unknown_before"), [(0, None), (7, 7)])
+def test_a_run_resumed_without_verdicts_knows_that_it_does_not_know_them(step, unknown_before):
+    parity = Parity(every_n_steps=25)
+    parity.on_train_start(trainer_at(step), None)  # nothing loaded: a fresh run at 0, an old checkpoint past 0
+    assert parity.unknown_before == unknown_before
+    assert parity.state_dict()["unknown_before"] == unknown_before  # and its own checkpoints say so
+
+
+def test_a_checkpoint_without_call_counts_leaves_the_earlier_counts_unknown():
+    module, _ = module_and_batch()
+    module.on_load_checkpoint({"global_step": 5})
+    assert module.calls_unknown_before == 5 and module.calls["train/forward"] == 0
+    saved = {}
+    module.on_save_checkpoint(saved)
+    assert saved["calls_unknown_before"] == 5  # carried on: a later resume still knows
+    fresh, _ = module_and_batch()
+    fresh.on_load_checkpoint({"global_step": 5, "calls": {**module.calls, "train/forward": 5}})
+    assert fresh.calls_unknown_before is None and fresh.calls["train/forward"] == 5
 
 
 @pytest.mark.parametrize(

@@ -171,7 +171,8 @@ def test_failed_checks_name_each_failure():
         checkpoint="c/final.ckpt",
         calls={"train/forward": 8, "train/backward": 8, "train/fallback": 2},
     )
-    parity = SimpleNamespace(ok=False, output_err=0.5, grad_err=0.25, dtype=torch.bfloat16)
+    parity = SimpleNamespace(ok=False, output_err=0.5, grad_err=0.25, dtype=torch.bfloat16, unknown_before=None)
+    parity.failed_steps = [0]  # step 0 alone: the initial check
     assert failed_checks(cfg, result, parity, 0.125, "reference") == [
         "initial parity: outputs differ by 0.5, gradients by 0.25, "
         "beyond the bfloat16 tolerance (atol 0.0234375, rtol 0.0234375)",

@@ -47,7 +47,17 @@ class Parity(L.Callback):
       difference past the tolerance stops the run with ``ParityError``, naming the step, before that step
       changes any weight.
     - Under data parallelism each process compares its own rows, and every verdict (step 0's too) is the
-      worst over all processes, so every process stops together and the end check covers every row.
+      worst over all processes, so every process stops together and the end check covers every row. The
+      numbers reported (``output_err``, ``grad_err``, ``worst_over_tol``) are the largest over all
+      processes too: the summary and TensorBoard give those of the global batch.
+    - Every verdict rides in the run's checkpoints (``state_dict``, which Lightning saves in each one:
+      the periodic ones, ``last.ckpt``, ``final.ckpt`` and the one a signal writes) and comes back when a
+      run resumes from one (``load_state_dict``), so a resumed run reports the whole history: step 0's
+      errors and pass or fail, every check along the run and its worst ratio to the tolerance, a skip.
+    - A run resumed from a checkpoint that carries no such state (one written before this callback had
+      any) cannot know what the steps before it showed: ``unknown_before`` holds the step it resumed at,
+      and the run fails its end check with a line that says so (``run.failed_checks``). A verdict that
+      was never seen is never reported as passed.
 
     Logged at each checked step: ``parity/output_err`` and ``parity/grad_err`` (the largest absolute
     differences), ``parity/worst_over_tol`` (the largest ``|a - b| / (atol + rtol * |b|)`` over every
@@ -63,9 +73,42 @@ class Parity(L.Callback):
         self.dtype: torch.dtype | None = None  # of the compared outputs: it picks the tolerance
         self.ok = True
         self.skipped: str | None = None
-        self.checked_steps: list[int] = []  # the steps whose comparison ran
+        self.checked_steps: list[int] = []  # the steps whose comparison ran, over the run's whole history
+        self.failed_steps: list[int] = []  # those of them past the tolerance
         self.worst_over_tol = 0.0  # the largest over those checks (all processes')
+        self.unknown_before: int | None = None  # resumed at this step from a checkpoint without verdicts
+        self._loaded = False
         self._started: set[int] = set()
+
+    def state_dict(self) -> dict:
+        """Every verdict so far, in plain types (a checkpoint is read back with ``weights_only=True``)."""
+        return {
+            "output_err": self.output_err,
+            "grad_err": self.grad_err,
+            "dtype": None if self.dtype is None else str(self.dtype).removeprefix("torch."),
+            "ok": self.ok,
+            "skipped": self.skipped,
+            "checked_steps": list(self.checked_steps),
+            "failed_steps": list(self.failed_steps),
+            "worst_over_tol": self.worst_over_tol,
+            "unknown_before": self.unknown_before,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        dtype = state["dtype"]
+        self.output_err, self.grad_err = state["output_err"], state["grad_err"]
+        self.dtype = None if dtype is None else getattr(torch, dtype)
+        self.ok, self.skipped = bool(state["ok"]), state["skipped"]
+        self.checked_steps, self.failed_steps = list(state["checked_steps"]), list(state["failed_steps"])
+        self.worst_over_tol = float(state["worst_over_tol"])
+        self.unknown_before = state["unknown_before"]
+        self._loaded = True
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        # Lightning has restored the checkpoint by now: a run past step 0 that got no state from it
+        # resumed from a checkpoint written without these verdicts.
+        if trainer.global_step > 0 and not self._loaded:
+            self.unknown_before = trainer.global_step
 
     def _due(self, step: int) -> bool:
         if self.skipped is not None or step in self._started:
@@ -91,15 +134,19 @@ class Parity(L.Callback):
         pl_module.calls["parity/backward"] += after["backward"] - before["backward"]
         comparisons = [compare(outs["triton"], outs["reference"])]
         comparisons += [compare(a, b) for a, b in zip(grads["triton"], grads["reference"])]
-        output_err = comparisons[0].max_abs
-        grad_err = max(c.max_abs for c in comparisons[1:])
-        worst = max(c.worst_over_tol for c in comparisons)  # <= 1 exactly when every compare() passed
-        # The same verdict on every process (none is left waiting in the next collective), in float64:
-        # a float32 copy would round a ratio just above 1 down to 1.
-        worst = float(
-            trainer.strategy.reduce(torch.tensor(worst, dtype=torch.float64, device=x.device), reduce_op="max")
-        )
+        local = [
+            max(c.worst_over_tol for c in comparisons),  # <= 1 exactly when every compare() passed
+            comparisons[0].max_abs,  # outputs
+            max(c.max_abs for c in comparisons[1:]),  # gradients
+        ]
+        # The largest over every process: the same verdict on each (none is left waiting in the next
+        # collective), and the numbers of the global batch. In float64: a float32 copy would round a ratio
+        # just above 1 down to 1.
+        reduced = trainer.strategy.reduce(torch.tensor(local, dtype=torch.float64, device=x.device), reduce_op="max")
+        worst, output_err, grad_err = (float(v) for v in reduced)
         self.checked_steps.append(step)
+        if worst > 1.0:
+            self.failed_steps.append(step)
         if trainer.logger is not None:
             metrics = {
                 "parity/output_err": output_err,

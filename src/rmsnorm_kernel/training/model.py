@@ -30,7 +30,16 @@ class RMSNormRegressor(L.LightningModule):
     backward, and around each validation and test forward, so the training counts hold exactly the
     calls that training made (one forward and one backward per step on the Triton path), apart from
     evaluation and from anything a callback runs. Counts are per process: under data parallelism each
-    process counts its own calls, and the logged ``calls/*`` values are those of process 0.
+    process counts its own calls, and the logged ``calls/*`` values, like the summary's, are those of
+    process 0 (each process runs every step, so its training counts equal the steps trained).
+
+    The counts and the first fallback reason ride in every checkpoint, so a resumed run's counts are
+    those of the whole history. A checkpoint without them (written before they were saved) leaves
+    ``calls_unknown_before`` at the step it holds: the counts of the steps before it are unknown, and the
+    run's integration check fails saying so rather than comparing a part with the whole.
+
+    ``train/mse`` is the MSE of the global batch (all processes' rows), the same value in TensorBoard,
+    in ``trainer.callback_metrics`` and so in the summary.
     """
 
     def __init__(
@@ -60,6 +69,7 @@ class RMSNormRegressor(L.LightningModule):
         self._test_count = 0
         self.test_mse: float | None = None
         self.fallback_reason: str | None = None  # why the first training step sent to the reference went there
+        self.calls_unknown_before: int | None = None  # resumed at this step from a checkpoint without counts
 
     def network_kwargs(self) -> dict:
         return {k: self.hparams[k] for k in NETWORK_KEYS}
@@ -89,7 +99,8 @@ class RMSNormRegressor(L.LightningModule):
             raise NonFiniteLossError(
                 f"train/mse is {self._step_mse.item()} at step {self.global_step}, before that step changed any weight"
             )
-        self.log("train/mse", loss, on_step=True, on_epoch=False, prog_bar=True, logger=False)
+        # The global batch's value (not this process's share): what TensorBoard gets and the summary prints.
+        self.log("train/mse", self._step_mse, on_step=True, on_epoch=False, prog_bar=True, logger=False)
         return loss
 
     def _refusal(self, x: torch.Tensor) -> str:
@@ -169,6 +180,8 @@ class RMSNormRegressor(L.LightningModule):
             rng["cuda"] = torch.cuda.get_rng_state_all()
         checkpoint["rng"] = rng
         checkpoint["calls"] = dict(self.calls)  # a resumed run keeps counting from here
+        if self.calls_unknown_before is not None:
+            checkpoint["calls_unknown_before"] = self.calls_unknown_before
         if self.fallback_reason is not None:
             checkpoint["fallback_reason"] = self.fallback_reason
         if self.logger is not None:
@@ -193,7 +206,11 @@ class RMSNormRegressor(L.LightningModule):
             checkpoint["rmsnorm_kernel"] = {"test_inputs": x.clone(), "test_outputs": out}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        self.calls.update(checkpoint.get("calls", {}))
+        if "calls" in checkpoint:
+            self.calls.update(checkpoint["calls"])
+            self.calls_unknown_before = checkpoint.get("calls_unknown_before")
+        else:
+            self.calls_unknown_before = checkpoint.get("global_step", 0)
         self.fallback_reason = checkpoint.get("fallback_reason", self.fallback_reason)
         rng = checkpoint.get("rng")
         if rng is not None:

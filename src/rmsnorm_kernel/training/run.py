@@ -171,10 +171,29 @@ def write_hparams(logger: TensorBoardLogger, params: dict, metrics: dict[str, fl
 
 
 def failed_checks(
-    cfg: DictConfig, result: RunResult, parity: Parity, reload_diff: float, reloaded_impl: str
+    cfg: DictConfig,
+    result: RunResult,
+    parity: Parity,
+    reload_diff: float,
+    reloaded_impl: str,
+    calls_unknown_before: int | None = None,
 ) -> list[str]:
-    """The end-of-run checks that failed, one sentence each (see the module docstring)."""
+    """The end-of-run checks that failed, one sentence each (see the module docstring).
+
+    They cover the run's whole history: a resumed run gets the parity verdicts (``Parity.state_dict``) and
+    the call counts (``RMSNormRegressor.on_save_checkpoint``) of every earlier step from its checkpoint. A
+    checkpoint that lacks them leaves the earlier steps' verdicts unknown, and an unknown verdict fails:
+    the run cannot claim what it did not see (``parity.unknown_before``, ``calls_unknown_before``).
+    """
     failures = []
+    if parity.unknown_before is not None:
+        failures.append(
+            f"initial parity: unknown: this run resumed at step {parity.unknown_before} from a checkpoint that "
+            "carries no parity verdicts, so the checks of the steps before it were not seen"
+        )
+    along = [s for s in parity.failed_steps if s > 0]
+    if along:  # a check past the tolerance stops the run: only a checkpoint written at that step holds one
+        failures.append(f"parity along the run: past the tolerance at step {along[0]}")
     if not parity.ok:
         tol = TOLERANCES[parity.dtype]
         dtype = str(parity.dtype).removeprefix("torch.")
@@ -191,8 +210,13 @@ def failed_checks(
             f"steps fell back to the reference (first reason: {result.fallback_reason or 'not recorded'})"
         )
     expected = result.steps - result.calls["train/fallback"] if cfg.norm.impl == "triton" else 0
+    if calls_unknown_before is not None:
+        failures.append(
+            f"integration: unknown: this run resumed at step {calls_unknown_before} from a checkpoint that "
+            "carries no Triton call counts, so the calls of the steps before it were not counted"
+        )
     for key in ("train/forward", "train/backward"):
-        if result.calls[key] != expected:
+        if calls_unknown_before is None and result.calls[key] != expected:
             failures.append(
                 f"integration: {result.calls[key]} Triton {key.split('/')[1]} calls in {result.steps} "
                 f"training steps on the {cfg.norm.impl} path; expected {expected}"
@@ -494,7 +518,7 @@ def train_and_check_body(
         "time/step_ms": result.step_ms,
         "time/rmsnorm_ms": result.rmsnorm_ms,
     }
-    result.failures = failed_checks(cfg, result, parity, diff, reloaded_impl)
+    result.failures = failed_checks(cfg, result, parity, diff, reloaded_impl, module.calls_unknown_before)
     params = {**flat_hparams(cfg), "backend": backend()}
     if result.branched_from:
         params["branched_from"] = result.branched_from
