@@ -56,10 +56,10 @@ def test_the_summary_of_a_run_that_passed():
         "run triton_seed0: OK",
         "  path triton, backend interpreter, 4 steps, 1.2 s, median step 1.5 ms",
         "  mse: train 0.500000, val 0.250000, test 0.125000",
-        "  Triton calls: train forward 4, backward 4; val forward 2, test forward 1; "
-        "training fallbacks to the reference 0 (counts of process 0)",
-        "  initial parity: output 2.5e-07, grad 7.5e-09",
-        "  parity along the run: 3 checks in this command, worst difference 0.25 of the tolerance; "
+        "  Triton calls per process (process 0's, as TensorBoard's calls/*): train forward 4, backward 4; "
+        "val forward 2, test forward 1; training fallbacks to the reference 0",
+        "  initial parity (step 0): output 2.5e-07, grad 7.5e-09: within the tolerance",
+        "  parity along the run: 3 checks over the run's history, worst difference 0.25 of the tolerance; "
         "their Triton calls: forward 3, backward 3",
         "  reload parity: max |diff| 0.0 (bit-identical)",
         "  logs: runs/triton",
@@ -75,7 +75,8 @@ def test_the_summary_gives_the_norms_share_of_a_step_where_a_gpu_measured_it():
     )
 
 
-def test_the_summary_of_a_resumed_run_that_failed_lists_its_failures():
+def test_a_resumed_run_whose_checkpoint_carried_no_verdicts_says_they_are_unknown():
+    # docs/resume-and-faults.md, "Verdicts across a resume": never "passed" for what was not seen
     metrics = {
         **METRICS,
         "parity/initial_output_err": None,
@@ -84,9 +85,17 @@ def test_the_summary_of_a_resumed_run_that_failed_lists_its_failures():
     }
     lines = format_summary(result(metrics=metrics, failures=["reload parity: one", "integration: two"])).splitlines()
     assert lines[0] == "run triton_seed0: FAILED"
-    assert lines[4] == "  initial parity: measured at step 0 by the run this one resumed"
+    assert lines[4] == "  initial parity: unknown: the checkpoint this run resumed from carries no parity verdicts"
     assert lines[6] == "  reload parity: max |diff| 0.5 (DIFFERENT)"
     assert lines[-2:] == ["  check failed: reload parity: one", "  check failed: integration: two"]
+
+
+def test_a_failed_initial_parity_says_failed_on_its_line_and_below():
+    failure = "initial parity: outputs differ by 0.0123, gradients by 0.000848, beyond the float32 tolerance"
+    lines = format_summary(result(failures=[failure])).splitlines()
+    assert lines[0] == "run triton_seed0: FAILED"
+    assert lines[4] == "  initial parity (step 0): output 2.5e-07, grad 7.5e-09: FAILED (beyond the tolerance)"
+    assert lines[-1] == f"  check failed: {failure}"
 
 
 def row(name, test_mse, ok=True):

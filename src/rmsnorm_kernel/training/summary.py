@@ -39,8 +39,27 @@ TABLE_KEYS = (
 
 
 def format_summary(r: RunResult) -> str:
+    """One run's summary, printed by ``train.py``.
+
+    Every verdict and count covers the run's whole history: a resumed run reports what its checkpoint
+    carried (the parity checks, the call counts) with what it saw itself, and a verdict its checkpoint
+    did not carry is ``unknown``, never passed. Under data parallelism the MSEs and the parity
+    differences are those of the global batch, as TensorBoard has them; the Triton call counts are per
+    process (each process counts its own calls): process 0's, as TensorBoard's ``calls/*``.
+    """
     m = r.metrics
     norm_ms = m.get("time/rmsnorm_ms", math.nan)  # measured on a GPU only
+    initial_failed = any(f.startswith("initial parity:") for f in r.failures)
+    if r.parity_skipped:
+        initial = f"  initial parity: skipped: {r.parity_skipped}"
+    elif m.get("parity/initial_output_err") is not None:
+        initial = (
+            f"  initial parity (step 0): output {m['parity/initial_output_err']:.3g}, "
+            f"grad {m['parity/initial_grad_err']:.3g}: "
+            + ("FAILED (beyond the tolerance)" if initial_failed else "within the tolerance")
+        )
+    else:
+        initial = "  initial parity: unknown: the checkpoint this run resumed from carries no parity verdicts"
     lines = [
         f"run {r.name}: {'OK' if r.ok else 'FAILED'}",
         f"  path {r.impl}, backend {r.backend}, {r.steps} steps, {r.seconds:.1f} s, "
@@ -48,21 +67,15 @@ def format_summary(r: RunResult) -> str:
         + ("" if math.isnan(norm_ms) else f" (RMSNorm {norm_ms:.3g} ms of it, GPU time)"),
         f"  mse: train {m.get('train/mse', float('nan')):.6f}, val {m.get('val/mse', float('nan')):.6f}, "
         f"test {m.get('test/mse', float('nan')):.6f}",
-        f"  Triton calls: train forward {r.calls.get('train/forward')}, backward {r.calls.get('train/backward')}; "
+        f"  Triton calls per process (process 0's, as TensorBoard's calls/*): train forward "
+        f"{r.calls.get('train/forward')}, backward {r.calls.get('train/backward')}; "
         f"val forward {r.calls.get('val/forward')}, test forward {r.calls.get('test/forward')}; "
-        f"training fallbacks to the reference {r.calls.get('train/fallback')} (counts of process 0)",
-        (
-            f"  initial parity: skipped: {r.parity_skipped}"
-            if r.parity_skipped
-            else f"  initial parity: output {m['parity/initial_output_err']:.3g}, "
-            f"grad {m['parity/initial_grad_err']:.3g}"
-            if m.get("parity/initial_output_err") is not None
-            else "  initial parity: measured at step 0 by the run this one resumed"
-        ),
+        f"training fallbacks to the reference {r.calls.get('train/fallback')}",
+        initial,
         (
             "  parity along the run: skipped (the Triton contract refuses this shape)"
             if r.parity_skipped
-            else f"  parity along the run: {int(m.get('parity/checks', 0))} checks in this command, worst "
+            else f"  parity along the run: {int(m.get('parity/checks', 0))} checks over the run's history, worst "
             f"difference {m.get('parity/worst_over_tol', float('nan')):.3g} of the tolerance; their Triton calls: "
             f"forward {r.calls.get('parity/forward')}, backward {r.calls.get('parity/backward')}"
         ),
