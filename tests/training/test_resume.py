@@ -412,8 +412,10 @@ def test_runs_of_another_hidden_size_get_their_own_folder_and_ckpt_path_last_fin
         "reference_seed0_hidden128",
     ]
     resumed = train(tmp_path, "norm=reference", "model.hidden_dim=128", "trainer.max_steps=5", "ckpt_path=last")
-    assert resumed.ok and resumed.steps == 5
-    assert resumed.checkpoint == str(tmp_path / "checkpoints/reference_seed0_hidden128/version_0/final.ckpt")
+    assert resumed.ok and resumed.steps == 5  # the ended run extended: a branch beside it
+    folder = tmp_path / "checkpoints/reference_seed0_hidden128"
+    assert resumed.branched_from == f"{folder}/version_0/last.ckpt at step 4"
+    assert resumed.checkpoint == str(folder / "version_1/final.ckpt")
 
 
 def test_ckpt_path_last_takes_the_newest_checkpoint_of_this_configuration(tmp_path):
@@ -421,8 +423,10 @@ def test_ckpt_path_last_takes_the_newest_checkpoint_of_this_configuration(tmp_pa
     assert train(tmp_path, "norm=reference").ok
     assert train(tmp_path, "norm=reference", "data.batch_size=16").ok  # newer
     resumed = train(tmp_path, "norm=reference", "trainer.max_steps=5", "ckpt_path=last")
-    assert resumed.ok and resumed.steps == 5
-    assert resumed.checkpoint == str(tmp_path / "checkpoints/reference_seed0/version_0/final.ckpt")
+    assert resumed.ok and resumed.steps == 5  # the ended run extended: a branch, version_2
+    folder = tmp_path / "checkpoints/reference_seed0"
+    assert resumed.branched_from == f"{folder}/version_0/last.ckpt at step 4"
+    assert resumed.checkpoint == str(folder / "version_2/final.ckpt")
 
 
 def test_a_resume_of_a_run_another_process_is_writing_exits_2_and_a_stale_lock_blocks_nothing(tmp_path, capsys):
@@ -430,6 +434,7 @@ def test_a_resume_of_a_run_another_process_is_writing_exits_2_and_a_stale_lock_b
 
     assert train(tmp_path, "norm=reference").ok
     folder = tmp_path / "checkpoints/reference_seed0/version_0"
+    (folder / "final.ckpt").unlink()  # a run that has not ended: a resume continues it in its own folder
     lock = folder / ".run.lock"
     assert not lock.exists()  # released and removed when the run ended
     before = files_under(tmp_path)
@@ -461,6 +466,7 @@ HOLD_LOCK = (
 def test_a_lock_held_by_a_live_process_refuses_and_dies_with_it(tmp_path):
     assert train(tmp_path, "norm=reference").ok
     lock = tmp_path / "checkpoints/reference_seed0/version_0/.run.lock"
+    lock.with_name("final.ckpt").unlink()  # a run that has not ended: a resume continues it in its own folder
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"
     args = [*SCHEDULE, "norm=reference", "trainer.max_steps=5", "ckpt_path=last"]
