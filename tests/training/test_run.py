@@ -244,8 +244,9 @@ def test_a_run_validates_at_its_last_step_and_so_does_its_continuation(tmp_path)
     # validation every 2 steps; 3 and 5 steps are not multiples of it
     assert train(tmp_path, "trainer.max_steps=3").ok
     assert [step for step, _ in scalars_of(tmp_path, "triton")["val/mse"]] == [1, 2]
-    assert train(tmp_path, "trainer.max_steps=5", "ckpt_path=last").ok
-    assert [step for step, _ in scalars_of(tmp_path, "triton")["val/mse"]] == [1, 2, 3, 4]
+    assert train(tmp_path, "trainer.max_steps=5", "ckpt_path=last").ok  # extends the ended run: a branch
+    branch = read_scalars(tmp_path / "runs/triton_seed0/version_1")
+    assert [step for step, _ in branch["val/mse"]] == [3, 4]
 
 
 @pytest.mark.parametrize("impl", ["reference", "triton"])
@@ -303,3 +304,10 @@ def test_only_global_process_0_claims_folders_before_the_trainer_exists(monkeypa
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert process_zero() is zero
+
+
+def test_hparams_record_the_settings_not_the_defaults_the_run_name_is_relative_to():
+    from rmsnorm_kernel.training.run import flat_hparams
+
+    params = flat_hparams(compose_cfg(["model.hidden_dim=128"]))
+    assert params["model.hidden_dim"] == 128 and not [k for k in params if k.startswith("name_defaults")]
