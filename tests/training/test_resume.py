@@ -396,10 +396,11 @@ def test_sigterm_from_outside_exits_143_and_the_printed_command_resumes_bit_iden
     line = err.strip().splitlines()[-1]
     step = read_checkpoint(last)["global_step"]
     assert 3 <= step < 10
-    assert line.startswith(f"train.py: stopped by SIGTERM at step {step}; {last} holds that step; resume with: python ")
-    command = shlex.split(line.split("resume with: ")[1])
-    assert command[1] == str(ROOT / "train.py") and command[-1] == f'ckpt_path="{last}"'
-    resumed = subprocess.run([sys.executable, *command[1:]], cwd=stopped, capture_output=True, text=True, timeout=600)
+    assert line.startswith(f"train.py: stopped by SIGTERM at step {step}; {last} holds that step; resume with: ")
+    command = shlex.split(line.split("resume with: ")[1])  # run as printed: the interpreter that ran first
+    assert command[0] == sys.executable and command[1] == str(ROOT / "train.py")
+    assert command[-1] == f'ckpt_path="{last}"'
+    resumed = subprocess.run(command, cwd=stopped, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_same_training(whole, stopped, "triton", steps=10)
 
