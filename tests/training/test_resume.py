@@ -10,11 +10,12 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
-from rmsnorm_kernel.training.checkpoints import read_checkpoint
+from rmsnorm_kernel.training.checkpoints import AtomicCheckpointIO, read_checkpoint
 from rmsnorm_kernel.training.events import read_scalars
 from rmsnorm_kernel.training.model import RMSNormRegressor
 from tests.helpers import ROOT, train_process
@@ -53,6 +54,31 @@ def crash_after_checkpoint_of_step(monkeypatch, step):
     monkeypatch.setattr(RMSNormRegressor, "on_train_batch_end", on_train_batch_end)
 
 
+def crash_after_checkpoint_written(monkeypatch, step):
+    """Raises ``Crash`` the moment step ``step``'s checkpoint is complete on disk: right after its
+    ``last.ckpt``, written after the step's own file."""
+    save = AtomicCheckpointIO.save_checkpoint
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        save(self, checkpoint, path, storage_options)
+        if Path(path).name == "last.ckpt" and checkpoint["global_step"] == step:
+            raise Crash(f"step {step}")
+
+    monkeypatch.setattr(AtomicCheckpointIO, "save_checkpoint", save_checkpoint)
+
+
+def count_validations(monkeypatch, seen):
+    """Appends to ``seen`` the step of every validation pass (not the sanity check) the runs make."""
+    end = RMSNormRegressor.on_validation_epoch_end
+
+    def on_validation_epoch_end(self):
+        end(self)
+        if not self.trainer.sanity_checking:
+            seen.append(self.global_step)
+
+    monkeypatch.setattr(RMSNormRegressor, "on_validation_epoch_end", on_validation_epoch_end)
+
+
 def assert_same_training(whole, resumed, impl, steps):
     a, b = final_state(whole, impl), final_state(resumed, impl)
     assert a["global_step"] == b["global_step"] == steps
@@ -86,7 +112,7 @@ def test_run_crashed_mid_epoch_and_resumed_ends_bit_identical(tmp_path, monkeypa
 def test_a_run_that_crashed_after_its_last_step_completes_on_resume(tmp_path, tmp_path_factory, monkeypatch):
     # its last checkpoint is at max_steps: the resumed run has no step left to train, only the end to do
     with monkeypatch.context() as m:
-        crash_after_checkpoint_of_step(m, 4)
+        crash_after_checkpoint_written(m, 4)
         with pytest.raises(Crash):
             train(tmp_path, "norm=triton")
     assert not checkpoint_of(tmp_path, "triton", "last.ckpt").with_name("final.ckpt").exists()
@@ -97,7 +123,56 @@ def test_a_run_that_crashed_after_its_last_step_completes_on_resume(tmp_path, tm
     a, b = final_state(whole, "triton"), final_state(tmp_path, "triton")
     assert_same_tree(a["state_dict"], b["state_dict"])
     assert_same_tree(a["optimizer_states"], b["optimizer_states"])
-    assert scalars_of(whole, "triton")["train/mse"] == scalars_of(tmp_path, "triton")["train/mse"]
+    sa, sb = scalars_of(whole, "triton"), scalars_of(tmp_path, "triton")
+    assert sa["train/mse"] == sb["train/mse"] and sa["val/mse"] == sb["val/mse"]  # the last step's included
+
+
+@pytest.mark.parametrize(
+    "impl,step,schedule",
+    [
+        ("triton", 2, []),  # the tiny schedule: 4 batches an epoch, validation and checkpoints every 2 steps
+        ("reference", 4, ["trainer.max_steps=6", "trainer.val_check_interval=4", "checkpoint.every_n_steps=4"]),
+    ],
+    ids=["mid-epoch", "last-batch-of-an-epoch"],
+)
+def test_a_crash_right_after_the_checkpoint_of_a_validation_step_resumes_with_the_straight_runs_history(
+    tmp_path, tmp_path_factory, monkeypatch, impl, step, schedule
+):
+    """docs/resume-and-faults.md, "Resuming": the checkpoint of a validation step is written after that
+    validation, so a crash right after it loses no ``val/mse`` and repeats none, nor any other per-step work."""
+    common = [f"norm={impl}", *schedule]
+    if schedule:
+        whole = tmp_path / "whole"
+        assert train(whole, *common).ok
+    else:
+        whole, _ = shared_run(tmp_path_factory, *common)
+    broken, seen = tmp_path / "broken", []
+    with monkeypatch.context() as m:
+        count_validations(m, seen)
+        crash_after_checkpoint_written(m, step)
+        with pytest.raises(Crash):
+            train(broken, *common)
+        assert seen[-1] == step  # the crash came after that step's validation ...
+        assert read_checkpoint(checkpoint_of(broken, impl, f"step{step:05d}.ckpt"))["global_step"] == step
+        assert [s for s, _ in scalars_of(broken, impl)["val/mse"]][-1] == step - 1  # ... whose val/mse is on disk
+        resumed = train(broken, *common, "ckpt_path=last")
+    assert resumed.ok, resumed.failures
+    assert not resumed.branched_from
+    sa, sb = scalars_of(whole, impl), scalars_of(broken, impl)
+    steps = resumed.steps
+    # every validation once over the two processes, at the straight run's validation steps
+    assert seen == [s + 1 for s, _ in sa["val/mse"]] == [s + 1 for s, _ in sb["val/mse"]]
+    assert_same_training(whole, broken, impl, steps=steps)
+    # the other per-step work: parity checks, call counts, every scalar but the times at the same steps with
+    # the same values; the step timer's windows logged at the same steps
+    assert {k: v for k, v in sa.items() if not k.startswith("time/")} == {
+        k: v for k, v in sb.items() if not k.startswith("time/")
+    }
+    assert [s for s, _ in sa["time/step_ms"]] == [s for s, _ in sb["time/step_ms"]]
+    a, b = final_state(whole, impl), final_state(broken, impl)
+    assert a["calls"] == b["calls"]  # val/forward: each validation batch once (on the triton path)
+    assert a["callbacks"]["Parity"] == b["callbacks"]["Parity"]
+    assert b["callbacks"]["Parity"]["checked_steps"] == list(range(0, steps, 2))
 
 
 @pytest.mark.parametrize("impl", ["reference", "triton"])

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
@@ -42,7 +41,15 @@ from torch.utils.tensorboard.summary import hparams as hparams_summary
 from ..ops.backend import backend
 from ..ops.contract import ContractError
 from ..ops.tolerances import TOLERANCES
-from .callbacks import Interrupted, Parity, SaveOnSignal, StepTimer, ValidateAtLastStep, sigint_as_sigterm
+from .callbacks import (
+    Interrupted,
+    Parity,
+    SaveOnSignal,
+    StepCheckpoints,
+    StepTimer,
+    ValidateAtLastStep,
+    sigint_as_sigterm,
+)
 from .checkpoints import AtomicCheckpointIO, RunLock, last_good_checkpoint, remove_stale_temporaries
 from .config import ConfigError, validate
 from .data import SyntheticRegressionData
@@ -399,14 +406,8 @@ def train_and_check(
     """The body of ``run`` once its folders are known and locked: training, the end, the checks.
 
     Whatever stops it after this point is reported with the last good checkpoint (``last_good_line``)."""
-    checkpoints = ModelCheckpoint(
-        dirpath=checkpoint_dir,
-        filename="step{step:05d}",
-        auto_insert_metric_name=False,
-        every_n_train_steps=cfg.checkpoint.every_n_steps,
-        save_top_k=-1,
-        save_last=True,
-    )
+    # step*.ckpt and last.ckpt, each written once its step's work is done, its validation included
+    checkpoints = StepCheckpoints(checkpoint_dir, cfg.checkpoint.every_n_steps)
 
     def kept() -> str:
         folder = Path(checkpoints.dirpath) if checkpoints.dirpath else checkpoint_dir  # process 0's, broadcast
@@ -440,7 +441,7 @@ def train_and_check_body(
     logger: TensorBoardLogger,
     checkpoint_dir: Path,
     start: float,
-    checkpoints: ModelCheckpoint,
+    checkpoints: StepCheckpoints,
 ) -> RunResult:
     # Under data parallelism every process runs this function; process 0 alone writes files (Lightning
     # routes logging and checkpoint writing through it, and these lines follow the same rule).
@@ -469,8 +470,8 @@ def train_and_check_body(
         enable_model_summary=False,
         log_every_n_steps=cfg.trainer.log_every_n_steps,  # the step timer's window
         logger=logger,
-        # in this order: the parity check before the step's timer starts, the timer stopped before the
-        # step's checkpoint is written
+        # in this order: the parity check before the step's timer starts, the timer stopped and the last
+        # step's stop asked before the step's checkpoint is written (Lightning runs checkpoint callbacks last)
         callbacks=[parity, timer, ValidateAtLastStep(), checkpoints, on_signal],
         plugins=[AtomicCheckpointIO()],
         default_root_dir=str(checkpoint_dir),
