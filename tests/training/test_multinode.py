@@ -230,24 +230,21 @@ def test_only_process_0_of_node_0_writes_logs_and_checkpoints(runs):
 
 
 def test_two_nodes_resume_the_run_from_the_shared_folder(runs):
-    """Every node reads the checkpoint it resumes (a shared filesystem); node 0 alone writes on."""
-    _, (first0, _) = runs["nodes"]
+    """Every node reads the checkpoint it resumes (a shared filesystem); node 0 alone writes on. The run had
+    ended, so extending it branches: a second version folder, the first one left as it was."""
     launch = runs["launch"]
+    first_ckpt_dir = next((launch / "checkpoints").glob("*/version_0"))
+    first_files = {p.name: p.read_bytes() for p in first_ckpt_dir.iterdir()}
     nodes = launch_nodes(
         launch, *SCHEDULE, *MULTINODE, "data.batch_size=16", f"trainer.max_steps={STEPS + 8}", "ckpt_path=last"
     )
     assert all(n.returncode == 0 for n in nodes), tails(nodes)
     node0, node1 = nodes
-    (log_dir,) = (launch / "runs").glob("*/version_*")  # the same run continued: no branch, no second folder
-    (ckpt_dir,) = (launch / "checkpoints").glob("*/version_*")
-    assert sorted(p.name for p in ckpt_dir.iterdir()) == [
-        "final.ckpt",
-        "last.ckpt",
-        "step00008.ckpt",
-        "step00016.ckpt",
-        "step00024.ckpt",
-    ]
+    assert {p.name: p.read_bytes() for p in first_ckpt_dir.iterdir()} == first_files  # nothing replaced
+    (log_dir,) = (launch / "runs").glob("*/version_1")  # the branch
+    (ckpt_dir,) = (launch / "checkpoints").glob("*/version_1")
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == ["final.ckpt", "last.ckpt", "step00024.ckpt"]
     assert read_checkpoint(ckpt_dir / "final.ckpt")["global_step"] == STEPS + 8
-    assert [s for s, _ in read_scalars(log_dir)["train/mse"]] == list(range(STEPS + 8))
-    assert writer_pids(log_dir) == {first0.pid, node0.pid}  # neither node 1 wrote an event file
+    assert [s for s, _ in read_scalars(log_dir)["train/mse"]] == list(range(STEPS, STEPS + 8))
+    assert writer_pids(log_dir) == {node0.pid}  # node 1 wrote no event file
     assert node0.stdout.count(f"run {IMPL}_seed0: OK") == 1 and f"{IMPL}_seed0" not in node1.stdout
