@@ -16,7 +16,7 @@ from tests.helpers import ROOT
 
 #: Each command: its main, the name its lines start with, and a step of its work to interrupt.
 COMMANDS = {
-    "benchmark": (benchmark, "benchmark", "_cpu_smoke"),
+    "benchmark": (benchmark, "benchmark", "run_benchmark"),  # the GPU run and the CPU smoke both call it
     "sweep": (sweep, "sweep", "sweep_points"),
     "launch_rules": (launch_rules, "launch_rules", "parse_items"),
     "launch_sweep": (launch_sweep, "launch_sweep", "file_problem"),

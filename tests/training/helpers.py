@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
 import torch
 
 from rmsnorm_kernel.testing import forward_block_mean
@@ -18,6 +19,13 @@ from rmsnorm_kernel.training.events import read_scalars
 from rmsnorm_kernel.training.network import NETWORK_KEYS, build_network
 from rmsnorm_kernel.training.run import RunResult, run
 from tests.helpers import DEVICE, QUIET, compose_cfg
+
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+#: Data parallelism on 2 processes of one kind of device: 2 GPUs, or the CPU where there is no CUDA at all.
+DDP = ["trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=gpu" if GPUS else "trainer.accelerator=cpu"]
+needs_two_processes = pytest.mark.skipif(
+    GPUS == 1, reason="DDP needs 2 processes on one kind of device: 2 GPUs here, or the CPU (no CUDA at all)"
+)
 
 SCHEDULE = [
     "trainer.max_steps=4",

@@ -15,7 +15,7 @@ from rmsnorm_kernel.training.checkpoints import read_checkpoint
 from rmsnorm_kernel.training.events import read_scalars
 from tests.helpers import train_process
 
-from .helpers import checkpoint_of, rerun_recorded_outputs, train
+from .helpers import DDP, GPUS, checkpoint_of, needs_two_processes, rerun_recorded_outputs, train
 
 STEPS = 16
 SCHEDULE = [
@@ -26,14 +26,7 @@ SCHEDULE = [
     "data.val_size=64",
     "data.test_size=64",
 ]
-GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
-DDP = ["trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=gpu" if GPUS else "trainer.accelerator=cpu"]
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        GPUS == 1, reason="DDP needs 2 processes on one kind of device: 2 GPUs here, or the CPU (no CUDA at all)"
-    ),
-]
+pytestmark = [pytest.mark.slow, needs_two_processes]
 
 
 @pytest.fixture(scope="module")

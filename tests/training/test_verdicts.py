@@ -18,7 +18,7 @@ from rmsnorm_kernel.training.checkpoints import atomic_torch_save, read_checkpoi
 from rmsnorm_kernel.training.model import RMSNormRegressor
 from rmsnorm_kernel.training.summary import format_summary
 
-from .helpers import checkpoint_of, main, scalars_of, shared_run, train
+from .helpers import DDP, checkpoint_of, main, needs_two_processes, scalars_of, shared_run, train
 
 STOP_STEP = 3  # of the tiny schedule's 4, between its checkpoints at steps 2 and 4
 
@@ -145,6 +145,7 @@ def test_the_summarys_train_mse_is_the_global_batch_value_tensorboard_logs(tmp_p
 
 
 @pytest.mark.slow
+@needs_two_processes
 def test_under_ddp_the_summary_prints_the_global_numbers_tensorboard_has(tmp_path):
     """docs/resume-and-faults.md, "Numbers under data parallelism": 2 processes on the CPU."""
     from rmsnorm_kernel.training.events import read_scalars
@@ -152,7 +153,7 @@ def test_under_ddp_the_summary_prints_the_global_numbers_tensorboard_has(tmp_pat
 
     from .helpers import SCHEDULE
 
-    ddp = ["trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "data.batch_size=16"]
+    ddp = [*DDP, "data.batch_size=16"]
     proc = train_process(tmp_path, *SCHEDULE, "norm=triton", *ddp)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (log_dir,) = (tmp_path / "runs").glob("*/version_*")
