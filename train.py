@@ -6,12 +6,14 @@ python train.py -m norm=reference,triton     # both paths from the same seed, th
 """
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
 from rmsnorm_kernel.training import config  # noqa: F401  (registers the typed schema before Hydra composes)
 from rmsnorm_kernel.training.cli import main as train_main
+from rmsnorm_kernel.training.cli import override_problem
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -21,6 +23,10 @@ def main(cfg: DictConfig):
 
 if __name__ == "__main__":
     try:
+        problem = override_problem(sys.argv[1:], Path(__file__).resolve().parent / "conf")
+        if problem is not None:
+            print(f"train.py: configuration error: {problem}", file=sys.stderr, flush=True)
+            sys.exit(2)
         main()
     except KeyboardInterrupt:  # Ctrl+C outside a run (composing, between the jobs of a multirun)
         print("train.py: stopped by SIGINT", file=sys.stderr, flush=True)

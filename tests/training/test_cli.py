@@ -17,7 +17,7 @@ from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.training import cli
 from rmsnorm_kernel.training.checkpoints import read_checkpoint
-from tests.helpers import train_process
+from tests.helpers import ROOT, train_process
 
 from .helpers import SCHEDULE, block_mean_forward, main
 
@@ -145,14 +145,55 @@ def test_each_failure_exits_with_its_code_and_one_line(tmp_path, overrides, prel
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "override,message",
-    [("trainer.max_steps=many", "full_key: trainer.max_steps"), ("norm=cuda", "Available options in 'norm':")],
+    "override,line",
+    [
+        (
+            "trainer.max_steps=many",
+            "Error merging override trainer.max_steps=many; "
+            "Value 'many' of type 'str' could not be converted to Integer",
+        ),
+        ("norm=cuda", "In 'config': Could not find 'norm/cuda'; Available options in 'norm': reference, triton"),
+    ],
 )
-def test_a_value_hydra_refuses_exits_1_before_any_work(tmp_path, override, message):
+def test_a_value_hydra_refuses_exits_2_in_one_line_before_any_work(tmp_path, override, line):
     proc = train_process(tmp_path, override)
-    assert proc.returncode == 1
-    assert message in proc.stderr
-    assert not (tmp_path / "runs").exists() and not (tmp_path / "checkpoints").exists()
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == f"train.py: configuration error: {line}"
+    assert "Set the environment variable HYDRA_FULL_ERROR" not in proc.stderr  # Hydra's own report never ran
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "outputs").exists()
+
+
+HYDRA_REFUSALS = [
+    (["seed=abc"], "Error merging override seed=abc; Value 'abc' of type 'str' could not be converted to Integer"),
+    (["foo=1"], "Could not override 'foo'.; To append to your config use +foo=1; Key 'foo' not in 'Config'"),
+    (["seed=[1"], "no viable alternative at input '[1'"),
+    (
+        ["-m", "norm=reference,bogus", "seed=0,1"],
+        "In 'config': Could not find 'norm/bogus'; Available options in 'norm': reference, triton",
+    ),
+    (
+        ["-m", "norm=reference,triton", "trainer.max_steps=1,x"],
+        "Error merging override trainer.max_steps=x; Value 'x' of type 'str' could not be converted to Integer",
+    ),
+]
+
+
+@pytest.mark.parametrize("args,line", HYDRA_REFUSALS)
+def test_hydras_refusal_of_an_override_is_one_line_naming_it_every_job_of_a_sweep_composed(args, line):
+    assert cli.override_problem(args, ROOT / "conf") == line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["-m", "norm=reference,triton", "seed=3"],
+        ["hydra.run.dir=/x", "trainer.max_steps=5"],
+        ["--cfg", "job", "seed=abc"],  # Hydra's own options: Hydra reads the command line alone
+    ],
+)
+def test_a_command_line_hydra_accepts_or_reads_itself_passes_the_precheck(args):
+    assert cli.override_problem(args, ROOT / "conf") is None
 
 
 @pytest.mark.parametrize("key", ["runs", "checkpoints"])

@@ -16,7 +16,8 @@ and a non-zero exit:
 
 In a multirun, a job that fails (other than by a signal) prints its line and returns a ``RunResult``
 whose ``stopped`` holds that line: the next job runs, and the exit code comes at the end, for all jobs
-(``summary.MultirunSummary``). Hydra itself exits 1 for a value of the wrong type or an unknown key.
+(``summary.MultirunSummary``). A value of the wrong type, an unknown key or group option is refused
+before Hydra starts (``override_problem``), in one line, exit 2.
 
 A resume that finds nothing to train exits 0 with one line on standard output, and writes nothing: the
 Hydra folder of that invocation is removed again (``HydraFolders``).
@@ -87,6 +88,62 @@ def resume_command(checkpoint: Path) -> str:
         return " ".join([python, *map(shlex.quote, args)])
     # called without Hydra's command line (in-process): its overrides are not known here
     return f"{python} {PROG} <the same overrides> {shlex.quote('ckpt_path=' + hydra_value(str(checkpoint)))}"
+
+
+#: Hydra's own options of the command line; with any of them, Hydra reads the command line alone.
+HYDRA_FLAGS = ("-m", "--multirun")
+
+
+def override_problem(args: list[str], config_dir: Path) -> str | None:
+    """Hydra's refusal of the command line's overrides (a value of the wrong type, an unknown key or group
+    option, a syntax error) as one line, or None when every job of the command composes.
+
+    ``train.py`` asks before Hydra starts, so that such a mistake is one line and exit 2 like every other
+    configuration error, not Hydra's several lines and exit 1. Each value of a sweep (``norm=a,b``) is
+    composed once, with the first value of every other sweep. Overrides of Hydra's own settings
+    (``hydra.*``) and a command line with other Hydra options (``--help``, ``--cfg``...) are left to Hydra.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if any(a.startswith("-") and a not in HYDRA_FLAGS for a in args):
+        return None
+    lines = [a for a in args if a not in HYDRA_FLAGS and not a.lstrip("+~").startswith("hydra.")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(lines)
+        sweeps = {i: list(o.sweep_string_iterator()) for i, o in enumerate(parsed) if o.is_sweep_override()}
+    except Exception as e:
+        return hydra_message(e)
+    first = [f"{o.get_key_element()}={sweeps[i][0]}" if i in sweeps else o.input_line for i, o in enumerate(parsed)]
+    jobs = [first] + [
+        [f"{parsed[i].get_key_element()}={v}" if j == i else line for j, line in enumerate(first)]
+        for i, values in sweeps.items()
+        for v in values[1:]
+    ]
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        for job in jobs:
+            try:
+                compose(config_name="config", overrides=job)
+            except Exception as e:
+                return hydra_message(e)
+    return None
+
+
+def hydra_message(e: BaseException) -> str:
+    """Hydra's and OmegaConf's several-line messages (the exception and its causes) as one line."""
+    parts = []
+    while e is not None:
+        for line in str(e).splitlines():
+            line = line.strip()
+            if line.startswith(("Config search path", "Set the environment variable", "See https://")):
+                break
+            if line and not line.startswith(("full_key:", "reference_type=", "object_type=")):
+                parts.append(line)
+        e = e.__cause__
+    text = "; ".join(dict.fromkeys(parts)).replace(":; ", ": ")
+    return re.sub(
+        r"(Available options in '[^']*': )([^;\s]+(?:; [^;\s]+)*)", lambda m: m[1] + m[2].replace("; ", ", "), text
+    )
 
 
 class Stopped(BaseException):
