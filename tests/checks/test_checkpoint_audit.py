@@ -179,6 +179,8 @@ DAMAGES = {
         _set("global_step", value=5),
         "loops: 2 optimizer steps, but global_step is 5",
     ),
+    "call_counts": (_set("calls", value=KeyError), "no call counts (calls)"),
+    "parity_verdicts": (_set("callbacks", value=KeyError), "no parity verdicts (callbacks.Parity)"),
 }
 
 

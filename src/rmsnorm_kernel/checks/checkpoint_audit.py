@@ -235,6 +235,12 @@ def resume_problems(ckpt: dict, params: list[torch.Tensor]) -> list[str]:
         problems.append("no random generator state (rng.torch)")
     # the training data's position: the training batches' layout, with the global step
     problems += _data_problems(ckpt)
+    # the verdicts so far: without them a resumed run reports its earlier checks as unknown
+    if not isinstance(ckpt.get("calls"), dict):
+        problems.append("no call counts (calls): a resume would report the integration check as unknown")
+    callbacks = ckpt.get("callbacks")
+    if not isinstance(callbacks, dict) or not any(k.startswith("Parity") for k in callbacks):
+        problems.append("no parity verdicts (callbacks.Parity): a resume would report them as unknown")
     return problems
 
 

@@ -518,7 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(
         "check-checkpoints",
         cmd_check_checkpoints,
-        "load every checkpoint, check its keys, rebuild its network and reproduce its recorded test outputs",
+        "load every checkpoint, check its keys, reproduce its recorded test outputs, and check what a resume "
+        "needs (Adam, RNG, data position, loop counters, verdicts)",
     )
     p.add_argument(
         "--checkpoints",
