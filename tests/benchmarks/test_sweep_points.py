@@ -1,5 +1,7 @@
 """The sweep's points: hidden sizes, dtypes, regimes, the shapes outside it, the split and the hash."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -97,7 +99,8 @@ def test_noise_points_are_sweep_points():
 
 
 def test_definition_hash_names_the_list_of_points():
-    assert sp.definition_hash(sp.sweep_points()) == sp.definition_hash(sp.sweep_points())
+    copies = [dataclasses.replace(p) for p in sp.sweep_points()]  # equal points, other objects
+    assert sp.definition_hash(sp.sweep_points()) == sp.definition_hash(copies)
     assert sp.definition_hash(sp.sweep_points()) != sp.definition_hash(sp.sweep_points()[:-1])
     with pytest.raises(ValueError, match="shapes is 'huge'"):
         sp.sweep_points("huge")

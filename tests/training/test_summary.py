@@ -1,7 +1,6 @@
 """What a run reports: the summary of one run, the side-by-side table, and the multirun callback."""
 
 import json
-import math
 from types import SimpleNamespace
 
 import pytest
@@ -10,7 +9,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from rmsnorm_kernel.training.run import RunResult
-from rmsnorm_kernel.training.summary import MultirunSummary, format_summary, summary_table
+from rmsnorm_kernel.training.summary import MultirunSummary, finite_or_null, format_summary, summary_table
 
 METRICS = {
     "train/mse": 0.5,
@@ -183,6 +182,18 @@ def two_runs(tmp_path):
     return runs
 
 
+def strict_json(name):
+    raise ValueError(f"{name} is not standard JSON")
+
+
+def test_the_summary_file_writes_a_metric_not_measured_here_as_null():
+    report = {"runs": [{"time/rmsnorm_ms": float("nan"), "test/mse": 0.5, "x": [float("inf"), 1.0]}]}
+    text = json.dumps(finite_or_null(report), allow_nan=False)
+    assert json.loads(text, parse_constant=strict_json) == {
+        "runs": [{"time/rmsnorm_ms": None, "test/mse": 0.5, "x": [None, 1.0]}]
+    }
+
+
 def run_callback(tmp_path, jobs):
     callback = MultirunSummary()
     for job in jobs:
@@ -193,14 +204,14 @@ def run_callback(tmp_path, jobs):
 def test_after_a_multirun_the_table_is_read_back_from_the_event_files_and_written(tmp_path, two_runs, capsys):
     run_callback(tmp_path, [finished(r) for r in two_runs])
     (md,) = (tmp_path / "runs").glob("summary_*.md")
-    report = json.loads(md.with_suffix(".json").read_text())
+    report = json.loads(md.with_suffix(".json").read_text(), parse_constant=strict_json)  # standard JSON
     table = md.read_text()
     assert table.strip() in capsys.readouterr().out
     assert "| test/mse | 0.125 | 0.0625 |" in table and "| calls/forward | 0 | 1 |" in table
     assert "test/mse difference (reference_seed0 - triton_seed0): 0.0625" in table
     rows = {r["run"]: r for r in report["runs"]}
     assert (rows["triton_seed0"]["train/mse"], rows["triton_seed0"]["steps"]) == (0.5, 2)
-    assert math.isnan(rows["triton_seed0"]["val/mse"])  # never logged: the table says so rather than inventing it
+    assert rows["triton_seed0"]["val/mse"] is None  # never logged: null, rather than an invented number
     assert report["failures"] == [[], []] and report["crashed"] == []
 
 
