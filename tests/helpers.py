@@ -4,6 +4,7 @@ command lines whose process is itself under test."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -36,3 +37,9 @@ def train_process(tmp_path, *overrides, prelude=None, timeout=900):
     return subprocess.run(
         cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"}
     )
+
+
+def ctrl_c_as_in_a_terminal() -> None:
+    """``preexec_fn`` of a process a test sends SIGINT: Ctrl+C's default disposition, as in a terminal. A
+    shell that runs the tests as a background job ignores SIGINT, and the child would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -12,7 +12,7 @@ import pytest
 from benchmarks import benchmark, compiled_step, host_time, launch_rules, launch_sweep
 from benchmarks.common import Terminated
 from benchmarks.sweep import run as sweep
-from tests.helpers import ROOT
+from tests.helpers import ROOT, ctrl_c_as_in_a_terminal
 
 #: Each command: its main, the name its lines start with, and a step of its work to interrupt.
 COMMANDS = {
@@ -82,6 +82,7 @@ def test_sigint_to_a_whole_sweep_stops_it_in_one_line_with_130(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.sweep", "--shapes", "tiny", "--outputs", str(tmp_path / "o")],
         cwd=ROOT,
+        preexec_fn=ctrl_c_as_in_a_terminal,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

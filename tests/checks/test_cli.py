@@ -13,6 +13,7 @@ from rmsnorm_kernel.checks import campaigns, compile_report, exercise, gradients
 from rmsnorm_kernel.checks.cli import main
 from rmsnorm_kernel.ops.reference import rmsnorm_reference
 from rmsnorm_kernel.testing import Violation, forward_block_mean
+from tests.helpers import ctrl_c_as_in_a_terminal
 
 from .helpers import BreakingNet, make_project, read_report, run_cli, write_checkpoint
 
@@ -377,6 +378,7 @@ def _interrupt_process(argv, sig, wait_for: str, cwd):
     proc = subprocess.Popen(
         argv,
         cwd=cwd,
+        preexec_fn=ctrl_c_as_in_a_terminal,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
