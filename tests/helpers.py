@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from rmsnorm_kernel.ops.backend import kernel_device_type
@@ -43,3 +44,27 @@ def ctrl_c_as_in_a_terminal() -> None:
     """``preexec_fn`` of a process a test sends SIGINT: Ctrl+C's default disposition, as in a terminal. A
     shell that runs the tests as a background job ignores SIGINT, and the child would inherit that."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def interrupt_process(argv, signum: int, wait_for: str, cwd, settle_s: float = 0.0) -> tuple[int, str, str]:
+    """Starts ``argv`` in ``cwd``, sends ``signum`` once ``wait_for`` is printed (and ``settle_s`` later);
+    returns (exit status, stdout, stderr)."""
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        preexec_fn=ctrl_c_as_in_a_terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    seen, deadline = "", time.monotonic() + 120
+    while wait_for not in seen and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+    time.sleep(settle_s)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=300)
+    return proc.returncode, seen + out, err

@@ -1,18 +1,15 @@
 """Every command of ``benchmarks/``: Ctrl+C and SIGTERM end it in one line with 130 or 143, and a usage
 mistake is one line with exit status 2 before any work."""
 
-import os
 import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
 from benchmarks import benchmark, compiled_step, host_time, launch_rules, launch_sweep
 from benchmarks.common import Terminated
 from benchmarks.sweep import run as sweep
-from tests.helpers import ROOT, ctrl_c_as_in_a_terminal
+from tests.helpers import ROOT, interrupt_process
 
 #: Each command: its main, the name its lines start with, and a step of its work to interrupt.
 COMMANDS = {
@@ -79,24 +76,8 @@ def test_every_usage_mistake_is_one_line_and_exit_2(command, argv, capsys):
 
 @pytest.mark.slow
 def test_sigint_to_a_whole_sweep_stops_it_in_one_line_with_130(tmp_path):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.sweep", "--shapes", "tiny", "--outputs", str(tmp_path / "o")],
-        cwd=ROOT,
-        preexec_fn=ctrl_c_as_in_a_terminal,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    seen = ""
-    deadline = time.monotonic() + 120
-    while "writing" not in seen and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen += line
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 130, (seen + out, err)
+    argv = [sys.executable, "-m", "benchmarks.sweep", "--shapes", "tiny", "--outputs", str(tmp_path / "o")]
+    rc, out, err = interrupt_process(argv, signal.SIGINT, "writing", ROOT)
+    assert rc == 130, (out, err)
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("sweep: stopped by SIGINT")

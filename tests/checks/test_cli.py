@@ -1,6 +1,7 @@
 """``python -m rmsnorm_kernel <command>``: each command's success, a failure that exits 1, and usage
 problems that exit 2. In-process through ``main``, except the tests whose subject is the process."""
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from rmsnorm_kernel.checks import campaigns, compile_report, exercise, gradients
 from rmsnorm_kernel.checks.cli import main
 from rmsnorm_kernel.ops.reference import rmsnorm_reference
 from rmsnorm_kernel.testing import Violation, forward_block_mean
-from tests.helpers import ctrl_c_as_in_a_terminal
+from tests.helpers import interrupt_process
 
 from .helpers import BreakingNet, make_project, read_report, run_cli, write_checkpoint
 
@@ -369,40 +370,11 @@ def test_every_usage_mistake_is_one_line_and_exit_2_before_any_work(argv, words,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
 
 
-def _interrupt_process(argv, sig, wait_for: str, cwd):
-    """Starts ``argv``, sends ``sig`` once ``wait_for`` is printed; returns (status, stdout, stderr)."""
-    import os
-    import signal as signals
-    import time
-
-    proc = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        preexec_fn=ctrl_c_as_in_a_terminal,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    seen = ""
-    deadline = time.monotonic() + 120
-    while wait_for not in seen and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen += line
-    time.sleep(0.5)
-    proc.send_signal(getattr(signals, sig))
-    out, err = proc.communicate(timeout=120)
-    return proc.returncode, seen + out, err
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("command, sig, status", [("check-forward", "SIGINT", 130), ("profile", "SIGTERM", 143)])
 def test_a_signal_to_a_running_command_ends_it_in_one_line(command, sig, status, tmp_path):
-    rc, out, err = _interrupt_process(
-        [sys.executable, "-m", "rmsnorm_kernel", command, "--outputs", str(tmp_path / "o")], sig, "==", tmp_path
-    )
+    argv = [sys.executable, "-m", "rmsnorm_kernel", command, "--outputs", str(tmp_path / "o")]
+    rc, out, err = interrupt_process(argv, getattr(signal, sig), "==", tmp_path, settle_s=0.5)
     assert rc == status, (out, err)
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == f"rmsnorm-kernel {command}: stopped by {sig}; exit status {status}"

@@ -8,6 +8,8 @@ interpreter takes about a second. Its files go under the folder it is given.
 from __future__ import annotations
 
 import contextlib
+import errno
+from pathlib import Path
 
 import pytest
 import torch
@@ -137,3 +139,32 @@ def rerun_recorded_outputs(ckpt) -> tuple[torch.Tensor, torch.Tensor]:
     with torch.no_grad():
         out = net.eval()(probe["test_inputs"].to(DEVICE))
     return out.float().cpu(), probe["test_outputs"]
+
+
+def full_disk_after(monkeypatch, module, name, writes):
+    """``module``'s ``open`` refuses, with ENOSPC, the ``writes``-th write of a temporary of ``name``."""
+    real_open, seen = open, []
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            self.f.write(bytes(data)[:100])  # part of it, as a disk that fills up mid-write
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def refusing_open(file, mode="r", *args, **kwargs):
+        f = real_open(file, mode, *args, **kwargs)
+        if Path(file).name.startswith(f".{name}.") and "w" in mode:
+            seen.append(file)
+            if len(seen) == writes:
+                return Full(f)
+        return f
+
+    monkeypatch.setattr(module, "open", refusing_open, raising=False)

@@ -14,6 +14,8 @@ from rmsnorm_kernel.training.checkpoints import (
     remove_stale_temporaries,
 )
 
+from .helpers import full_disk_after
+
 FULL = {
     "state_dict": {"w": torch.arange(6.0)},
     "hyper_parameters": {"hidden_dim": 8, "norm_impl": "triton"},
@@ -113,23 +115,7 @@ def test_a_full_disk_raises_the_oserror_naming_the_checkpoint_and_keeps_the_prev
     path = tmp_path / "last.ckpt"
     atomic_torch_save(FULL, path)
     previous = path.read_bytes()
-    real_open = open
-
-    class FullDisk:
-        def __init__(self, f):
-            self.f = f
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def write(self, data):
-            self.f.write(bytes(data)[:100])
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(checkpoints, "open", lambda p, mode: FullDisk(real_open(p, mode)), raising=False)
+    full_disk_after(monkeypatch, checkpoints, "last.ckpt", writes=1)
     with pytest.raises(checkpoints.CheckpointWriteError) as error:
         atomic_torch_save({**FULL, "global_step": 4}, path)
     assert error.value.errno == errno.ENOSPC and error.value.filename == str(path)

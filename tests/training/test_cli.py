@@ -19,7 +19,7 @@ from rmsnorm_kernel.training import cli
 from rmsnorm_kernel.training.checkpoints import read_checkpoint
 from tests.helpers import ROOT, train_process
 
-from .helpers import SCHEDULE, block_mean_forward, main
+from .helpers import SCHEDULE, block_mean_forward, full_disk_after, main
 
 
 def exits(tmp_path, capsys, *overrides):
@@ -258,34 +258,6 @@ def test_the_reference_path_runs_at_a_shape_the_triton_contract_refuses_and_pari
     assert result.parity_skipped == f"the Triton contract refuses this shape ({REFUSED})"
     assert result.metrics["parity/initial_output_err"] is None  # nothing was compared
     assert f"  initial parity: skipped: the Triton contract refuses this shape ({REFUSED})" in capsys.readouterr().out
-
-
-def full_disk_after(monkeypatch, module, name, writes):
-    """``module``'s ``open`` refuses, with ENOSPC, the ``writes``-th write of a temporary of ``name``."""
-    real_open, seen = open, []
-
-    class Full:
-        def __init__(self, f):
-            self.f = f
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def write(self, data):
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-    def refusing_open(file, mode="r", *args, **kwargs):
-        f = real_open(file, mode, *args, **kwargs)
-        if Path(file).name.startswith(f".{name}.") and "w" in mode:
-            seen.append(file)
-            if len(seen) == writes:
-                return Full(f)
-        return f
-
-    monkeypatch.setattr(module, "open", refusing_open, raising=False)
 
 
 def test_a_full_disk_writing_a_checkpoint_exits_1_with_one_line_naming_it_and_the_last_good_checkpoint(
