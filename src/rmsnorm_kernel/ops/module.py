@@ -1,10 +1,11 @@
-"""``RMSNorm``: an ``nn.Module`` with a learnable scale that runs either the Triton path or the reference."""
+"""``RMSNorm``: an ``nn.Module`` with a learnable scale that runs the Triton path, the reference or ``F.rms_norm``."""
 
 from __future__ import annotations
 
 import logging
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .contract import ContractError, check_forward
@@ -18,8 +19,10 @@ log = logging.getLogger("rmsnorm_kernel")
 class RMSNorm(nn.Module):
     """RMSNorm over the last dimension, ``y = x * rsqrt(mean(x^2) + eps) * weight``.
 
-    ``impl`` picks the computation only: both paths create the same parameter the same way and draw
-    nothing from the random generator, so swapping paths never changes the initial weights.
+    ``impl`` picks the computation only (``impls.IMPLS``): ``"triton"`` (the kernels), ``"reference"``
+    (the oracle) or ``"native"`` (``torch.nn.functional.rms_norm``). Every path creates the same
+    parameter the same way and draws nothing from the random generator, so swapping paths never
+    changes the initial weights.
 
     ``fallback="reference"`` (off by default) sends inputs that the Triton path's contract refuses to
     the reference instead of raising ``ContractError``. Each such call is counted in
@@ -57,6 +60,8 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.impl == "reference":
             return rmsnorm_reference(x, self.weight, self.eps)
+        if self.impl == "native":
+            return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
         if self.fallback == "reference":
             reason = self._refusal(x)
             if reason is not None:
