@@ -23,6 +23,8 @@ GENERATED_FILES = [
     ".pytest_cache/v/cache/lastfailed",
     "__pycache__/train.cpython-311.pyc",
     "checkpoints/.write-probe.4194305",
+    "checkpoints/native_seed0/version_0/final.ckpt",
+    "checkpoints/native_seed0/version_0/last.ckpt",
     "checkpoints/reference_seed1/version_2/.run.lock",
     "checkpoints/reference_seed1/version_2/.step00100.ckpt.4242.tmp",
     "checkpoints/reference_seed1/version_2/hpc_ckpt_1.ckpt",
@@ -63,6 +65,8 @@ GENERATED_FILES = [
     "runs/.write-probe.4194305",
     "runs/summary_2026-01-02_03-04-07.json",
     "runs/summary_2026-01-02_03-04-07.md",
+    "runs/native_seed0/version_0/events.out.tfevents.1796078881.vm.13719.0",
+    "runs/native_seed0/version_0/hparams.yaml",
     "runs/triton_seed0/version_0/events.out.tfevents.1796078879.vm.13718.0",
     "runs/triton_seed0/version_0/events.out.tfevents.1796078880.vm.13718.1",
     "runs/triton_seed0/version_0/hparams.yaml",
@@ -103,6 +107,8 @@ REMOVED_FOLDERS = [
     ".pytest_cache/v/",
     ".pytest_cache/v/cache/",
     "__pycache__/",
+    "checkpoints/native_seed0/",
+    "checkpoints/native_seed0/version_0/",
     "checkpoints/orphan_seed0/",  # empty: a run folder made before a run failed
     "checkpoints/reference_seed1/",
     "checkpoints/reference_seed1/version_2/",
@@ -116,6 +122,8 @@ REMOVED_FOLDERS = [
     "outputs/hydra/multirun/2026-01-02_03-04-06/",
     "outputs/hydra/multirun/2026-01-02_03-04-06/0/",
     "outputs/hydra/multirun/2026-01-02_03-04-06/0/.hydra/",
+    "runs/native_seed0/",
+    "runs/native_seed0/version_0/",
     "runs/reference_seed0/",  # held only an empty version folder
     "runs/reference_seed0/version_3/",  # empty: a run that wrote nothing
     "tests/__pycache__/",

@@ -6,6 +6,7 @@ import pytest
 
 from rmsnorm_kernel.checks import figures
 from rmsnorm_kernel.checks.cli import main
+from rmsnorm_kernel.ops.impls import IMPLS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STEPS = 12
@@ -25,7 +26,7 @@ def runs_dir(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
     root = tmp_path / "runs"
-    for impl in ("reference", "triton"):
+    for impl in IMPLS:
         for seed in (0, 1):
             writer = SummaryWriter(str(root / f"{impl}_seed{seed}" / "version_0"))
             for step in range(STEPS):
@@ -44,7 +45,7 @@ def is_png(path) -> bool:
 
 def test_event_files_are_read_back_per_run_and_tag(runs_dir):
     runs = figures.read_training_scalars(runs_dir)
-    assert set(runs) == {f"{impl}_seed{s}/version_0" for impl in ("reference", "triton") for s in (0, 1)}
+    assert set(runs) == {f"{impl}_seed{s}/version_0" for impl in IMPLS for s in (0, 1)}
     steps, values = runs["triton_seed1/version_0"]["train/mse"]
     assert steps == list(range(STEPS))
     assert values == pytest.approx([train_curve(s, 1) for s in range(STEPS)])
@@ -54,17 +55,31 @@ def test_event_files_are_read_back_per_run_and_tag(runs_dir):
 
 
 @pytest.mark.parametrize(
-    "label,path", [("triton_seed0/version_0", "triton"), ("reference_seed3", "reference"), ("seed0", None)]
+    "label,path",
+    [
+        ("triton_seed0/version_0", "triton"),
+        ("reference_seed3", "reference"),
+        ("native_seed0_hidden128/version_2", "native"),
+        ("seed0", None),
+        ("alternative_seed0/version_0", None),  # a path's name inside a word is not that path
+        ("native_vs_triton/version_0", None),  # two paths: none
+    ],
 )
 def test_run_path_comes_from_the_directory_name(label, path):
     assert figures.run_path(label) == path
 
 
-def test_training_figure_draws_both_paths_and_both_tags(runs_dir, tmp_path):
+def test_each_path_has_its_line_style():
+    assert set(figures.PATH_STYLES) == set(IMPLS)
+    assert len({style for style, _, _ in figures.PATH_STYLES.values()}) == len(IMPLS)
+
+
+def test_training_figure_draws_every_path_and_both_tags(runs_dir, tmp_path):
     result = figures.training_figure(runs_dir, tmp_path / "t.png")
     assert result.status == "written" and is_png(result.path)
+    assert "no run of" not in result.detail
     for tag in ("train/mse", "val/mse"):
-        for impl in ("reference", "triton"):
+        for impl in IMPLS:
             assert f"{impl}_seed0/version_0 {tag}" in result.series
 
 
@@ -72,10 +87,10 @@ def test_training_figure_notes_a_missing_path(runs_dir, tmp_path):
     import shutil
 
     for seed in (0, 1):
-        shutil.rmtree(runs_dir / f"triton_seed{seed}")
+        shutil.rmtree(runs_dir / f"native_seed{seed}")
     result = figures.training_figure(runs_dir, tmp_path / "t.png")
     assert result.status == "written"
-    assert "no run of the triton path" in result.detail
+    assert "no run of the native path" in result.detail and "no run of the triton path" not in result.detail
 
 
 def test_training_figure_without_runs_is_skipped(tmp_path):

@@ -1,5 +1,6 @@
-"""The run's callbacks in this process: Parity (both RMSNorm paths from the module's current weights, at
-step 0 and every K steps), ValidateAtLastStep, StepTimer and StepCheckpoints, driven by a stand-in trainer."""
+"""The run's callbacks in this process: Parity (every RMSNorm path from the module's current weights against
+the reference, at step 0 and every K steps), ValidateAtLastStep, StepTimer and StepCheckpoints, driven by a
+stand-in trainer."""
 
 from types import SimpleNamespace
 
@@ -7,10 +8,21 @@ import pytest
 import torch
 
 from rmsnorm_kernel.ops import kernels
+from rmsnorm_kernel.ops import module as norm_module
+from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.ops.tolerances import TOLERANCES
 from rmsnorm_kernel.training import callbacks
-from rmsnorm_kernel.training.callbacks import Parity, ParityError, StepCheckpoints, StepTimer, ValidateAtLastStep
+from rmsnorm_kernel.training.callbacks import (
+    COMPARED,
+    Parity,
+    ParityError,
+    PathVerdict,
+    StepCheckpoints,
+    StepTimer,
+    ValidateAtLastStep,
+)
 from rmsnorm_kernel.training.model import RMSNormRegressor
+from rmsnorm_kernel.training.run import failed_checks
 from tests.helpers import DEVICE
 
 from .helpers import block_mean_forward
@@ -25,8 +37,9 @@ class Logger:
 
 
 class Strategy:
-    """One process: reduce returns its input, unless told what the other processes' values were: their
-    worst ratio to the tolerance, or [that ratio, their output difference, their gradient difference]."""
+    """One process: reduce returns its input, unless told what the other processes' values were, the same
+    for every compared path: their worst ratio to the tolerance, or [that ratio, their output difference,
+    their gradient difference]."""
 
     def __init__(self, others=None):
         self.others = others
@@ -36,7 +49,7 @@ class Strategy:
         if self.others is None:
             return t
         others = self.others if isinstance(self.others, list) else [self.others, 0.0, 0.0]
-        return torch.maximum(t, torch.tensor(others, dtype=t.dtype, device=t.device))
+        return torch.maximum(t, torch.tensor(others * len(COMPARED), dtype=t.dtype, device=t.device))
 
 
 def trainer_at(step, others=None, logger=True):
@@ -60,17 +73,21 @@ def measure(step=0, parity=None, others=None):
 
 def test_the_paths_agree_at_step_0_and_the_errors_and_parity_calls_are_logged_there():
     parity, logged, module, (x, _) = measure()
-    assert parity.ok and parity.dtype == torch.float32 and parity.checked_steps == [0]
+    assert COMPARED == ("triton", "native")  # every path but the reference, the oracle
+    assert parity.dtype == torch.float32 and parity.checked_steps == [0]
     tol = TOLERANCES[torch.float32]
     with torch.no_grad():
         scale = float(module.net(x).abs().max())
-    assert 0.0 <= parity.output_err <= tol.atol + tol.rtol * scale
-    assert 0.0 <= parity.grad_err < 1.0  # each gradient also passed compare(); this only bounds the report
     [(step, metrics)] = logged
     assert step == 0
-    assert metrics["parity/initial_output_err"] == metrics["parity/output_err"] == parity.output_err
-    assert metrics["parity/initial_grad_err"] == metrics["parity/grad_err"] == parity.grad_err
-    assert 0.0 <= metrics["parity/worst_over_tol"] <= 1.0
+    for path, prefix in (("triton", "parity/"), ("native", "parity/native_")):
+        verdict = parity.paths[path]
+        assert verdict.ok and verdict.failed_steps == [], path
+        assert 0.0 <= verdict.output_err <= tol.atol + tol.rtol * scale, path
+        assert 0.0 <= verdict.grad_err < 1.0, path  # each gradient also passed compare(); this bounds the report
+        assert metrics[f"{prefix}initial_output_err"] == metrics[f"{prefix}output_err"] == verdict.output_err
+        assert metrics[f"{prefix}initial_grad_err"] == metrics[f"{prefix}grad_err"] == verdict.grad_err
+        assert metrics[f"{prefix}worst_over_tol"] == verdict.worst_over_tol and 0.0 <= verdict.worst_over_tol <= 1.0
     # one Triton forward and one backward (the Triton copy of the network), counted apart from training
     assert (metrics["calls/parity_forward"], metrics["calls/parity_backward"]) == (1.0, 1.0)
     assert (module.calls["parity/forward"], module.calls["parity/backward"]) == (1, 1)
@@ -80,9 +97,38 @@ def test_the_paths_agree_at_step_0_and_the_errors_and_parity_calls_are_logged_th
 def test_a_wrong_kernel_fails_initial_parity_without_stopping_the_run(monkeypatch):
     monkeypatch.setattr(kernels, "rmsnorm_forward", block_mean_forward)
     parity, logged, _, _ = measure()
-    assert not parity.ok
-    assert parity.output_err > 0.1  # the means are about half what they should be
+    assert not parity.paths["triton"].ok and parity.paths["triton"].failed_steps == [0]
+    assert parity.paths["triton"].output_err > 0.1  # the means are about half what they should be
     assert logged[0][1]["parity/worst_over_tol"] > 1.0
+    assert parity.paths["native"].ok and logged[0][1]["parity/native_worst_over_tol"] <= 1.0  # the verdict is per path
+
+
+def one_percent_off_native(monkeypatch):
+    """``F.rms_norm`` as the native path calls it, every output 1% too large."""
+    real = norm_module.F.rms_norm
+    monkeypatch.setattr(norm_module.F, "rms_norm", lambda *args: real(*args) * 1.01)
+
+
+def test_a_native_path_off_the_reference_fails_initial_parity_naming_it(monkeypatch):
+    one_percent_off_native(monkeypatch)
+    parity, logged, _, _ = measure()
+    assert parity.paths["triton"].ok and not parity.paths["native"].ok
+    assert logged[0][1]["parity/native_worst_over_tol"] > 1.0 >= logged[0][1]["parity/worst_over_tol"]
+    cfg = SimpleNamespace(norm=SimpleNamespace(impl="native"))
+    result = SimpleNamespace(calls={"train/forward": 0, "train/backward": 0, "train/fallback": 0}, steps=1)
+    [line] = failed_checks(cfg, result, parity, 0.0, "native")
+    assert line.startswith("initial parity: native outputs differ from the reference by ")
+    assert line.endswith(", beyond the float32 tolerance (atol 1e-05, rtol 0.0001)")
+
+
+def test_a_native_path_off_the_reference_along_the_run_stops_it_naming_the_path(monkeypatch):
+    one_percent_off_native(monkeypatch)
+    with pytest.raises(
+        ParityError,
+        match=r"^parity at step 50: the native and reference paths differ by [^;]* times the float32 tolerance "
+        r"\(atol 1e-05, rtol 0.0001\), before that step changed any weight$",
+    ):
+        measure(step=50)
 
 
 def test_a_wrong_kernel_along_the_run_stops_it_naming_the_step(monkeypatch):
@@ -102,7 +148,7 @@ def test_a_wrong_kernel_along_the_run_stops_it_naming_the_step(monkeypatch):
 
 def test_the_initial_check_also_takes_the_worst_over_every_process():
     parity, logged, _, _ = measure(step=0, others=3.0)  # another process's rows disagree at step 0
-    assert not parity.ok and logged[0][1]["parity/worst_over_tol"] == 3.0  # an end check: no stop here
+    assert not parity.paths["triton"].ok and logged[0][1]["parity/worst_over_tol"] == 3.0  # an end check: no stop
 
 
 def test_the_verdict_is_the_worst_over_every_process():
@@ -110,39 +156,78 @@ def test_the_verdict_is_the_worst_over_every_process():
     with pytest.raises(ParityError, match="^parity at step 25: .* 3 times the float32 tolerance"):
         measure(step=25, others=3.0)
     parity, _, _, _ = measure(step=25, others=0.5)
-    assert parity.worst_over_tol == 0.5
+    assert [parity.paths[path].worst_over_tol for path in COMPARED] == [0.5, 0.5]
 
 
 def test_under_data_parallelism_the_reported_differences_are_the_largest_over_every_process():
     # docs/resume-and-faults.md, "Numbers under data parallelism": the summary's parity numbers are global
     parity, logged, _, _ = measure(step=0, others=[0.5, 0.25, 0.125])  # another process's rows differ more
-    assert parity.ok and (parity.worst_over_tol, parity.output_err, parity.grad_err) == (0.5, 0.25, 0.125)
     metrics = logged[0][1]
-    assert (metrics["parity/output_err"], metrics["parity/grad_err"]) == (0.25, 0.125)
-    assert (metrics["parity/initial_output_err"], metrics["parity/initial_grad_err"]) == (0.25, 0.125)
+    for path, prefix in (("triton", "parity/"), ("native", "parity/native_")):
+        verdict = parity.paths[path]
+        assert verdict.ok and (verdict.worst_over_tol, verdict.output_err, verdict.grad_err) == (0.5, 0.25, 0.125)
+        assert (metrics[f"{prefix}output_err"], metrics[f"{prefix}grad_err"]) == (0.25, 0.125)
+        assert (metrics[f"{prefix}initial_output_err"], metrics[f"{prefix}initial_grad_err"]) == (0.25, 0.125)
 
 
 def test_the_verdicts_round_trip_through_a_checkpoint_read_with_weights_only(tmp_path, monkeypatch):
     # docs/resume-and-faults.md, "Verdicts across a resume"
     monkeypatch.setattr(kernels, "rmsnorm_forward", block_mean_forward)
     parity, _, _, _ = measure()
-    assert not parity.ok and parity.failed_steps == [0]
+    assert not parity.paths["triton"].ok and parity.paths["triton"].failed_steps == [0]
+    assert parity.paths["native"].ok and parity.paths["native"].output_err is not None
     torch.save({"callbacks": {parity.state_key: parity.state_dict()}}, tmp_path / "c.ckpt")
     state = torch.load(tmp_path / "c.ckpt", weights_only=True)["callbacks"]["Parity"]
     resumed = Parity(every_n_steps=25)
     resumed.load_state_dict(state)
     resumed.on_train_start(trainer_at(7), None)  # Lightning restores the callbacks before training starts
-    for name in ("output_err", "grad_err", "dtype", "ok", "skipped", "checked_steps", "failed_steps", "worst_over_tol"):
+    for name in ("dtype", "skipped", "checked_steps"):
         assert getattr(resumed, name) == getattr(parity, name), name
-    assert resumed.unknown_before is None
+    assert resumed.paths == parity.paths  # every path's numbers and verdicts, unknown_before None
+    assert resumed.state_dict() == parity.state_dict()
+
+
+#: ``Parity.state_dict`` as checkpoints held it before the native path was compared: the kernel's alone.
+STATE_WITHOUT_NATIVE = {
+    "output_err": 2.5e-07,
+    "grad_err": 7.5e-09,
+    "dtype": "float32",
+    "ok": False,
+    "skipped": None,
+    "checked_steps": [0, 2],
+    "failed_steps": [0],
+    "worst_over_tol": 3.0,
+    "unknown_before": None,
+}
+
+
+def test_a_checkpoint_without_native_verdicts_loads_and_leaves_native_unknown_before_the_resume():
+    parity = Parity(every_n_steps=2)
+    parity.load_state_dict(dict(STATE_WITHOUT_NATIVE))
+    parity.on_train_start(trainer_at(3), None)
+    kernel = PathVerdict(output_err=2.5e-07, grad_err=7.5e-09, ok=False, failed_steps=[0], worst_over_tol=3.0)
+    assert parity.paths == {"triton": kernel, "native": PathVerdict(unknown_before=3)}
+    assert (parity.dtype, parity.checked_steps) == (torch.float32, [0, 2])
+    state = parity.state_dict()  # its own checkpoints carry the native keys now, and say what is unknown
+    assert {k: state[k] for k in STATE_WITHOUT_NATIVE} == STATE_WITHOUT_NATIVE
+    assert (state["native_ok"], state["native_output_err"], state["native_unknown_before"]) == (True, None, 3)
+    cfg = SimpleNamespace(norm=SimpleNamespace(impl="native"))
+    result = SimpleNamespace(calls={"train/forward": 0, "train/backward": 0, "train/fallback": 0}, steps=4)
+    assert failed_checks(cfg, result, parity, 0.0, "native") == [
+        "initial parity: unknown: this run resumed at step 3 from a checkpoint that carries no parity verdicts of "
+        "native, so the checks of the steps before it were not seen",
+        "initial parity: triton outputs differ from the reference by 2.5e-07, gradients by 7.5e-09, beyond the "
+        "float32 tolerance (atol 1e-05, rtol 0.0001)",
+    ]
 
 
 @pytest.mark.parametrize(("step", "unknown_before"), [(0, None), (7, 7)])
 def test_a_run_resumed_without_verdicts_knows_that_it_does_not_know_them(step, unknown_before):
     parity = Parity(every_n_steps=25)
     parity.on_train_start(trainer_at(step), None)  # nothing loaded: a fresh run at 0, an old checkpoint past 0
-    assert parity.unknown_before == unknown_before
-    assert parity.state_dict()["unknown_before"] == unknown_before  # and its own checkpoints say so
+    assert [parity.paths[path].unknown_before for path in COMPARED] == [unknown_before, unknown_before]
+    state = parity.state_dict()  # and its own checkpoints say so
+    assert (state["unknown_before"], state["native_unknown_before"]) == (unknown_before, unknown_before)
 
 
 def test_a_checkpoint_without_call_counts_leaves_the_earlier_counts_unknown():
@@ -168,7 +253,7 @@ def test_a_checkpoint_without_call_counts_leaves_the_earlier_counts_unknown():
 )
 def test_it_checks_at_step_0_and_every_k_steps(every, steps, checked, monkeypatch):
     seen = []
-    monkeypatch.setattr(Parity, "_both_paths", staticmethod(lambda m, x, y: seen.append(None) or _agreeing(m, x, y)))
+    monkeypatch.setattr(Parity, "_every_path", staticmethod(lambda m, x, y: seen.append(None) or _agreeing(m, x, y)))
     parity = Parity(every_n_steps=every)
     module, batch = module_and_batch()
     for step in steps:
@@ -180,7 +265,7 @@ def _agreeing(module, x, y):
     with torch.no_grad():
         out = module.net(x)
     grads = tuple(torch.zeros_like(p) for p in module.parameters())
-    return {"triton": out, "reference": out}, {"triton": grads, "reference": grads}
+    return dict.fromkeys(IMPLS, out), dict.fromkeys(IMPLS, grads)
 
 
 def test_a_refused_shape_is_skipped_with_the_contract_reason_and_not_checked_again(monkeypatch):
@@ -189,7 +274,7 @@ def test_a_refused_shape_is_skipped_with_the_contract_reason_and_not_checked_aga
     def refuse(module, x, y):
         raise ContractError("rmsnorm (triton): x has rows of N = 70000 elements; accepted: N <= 65536")
 
-    monkeypatch.setattr(Parity, "_both_paths", staticmethod(refuse))
+    monkeypatch.setattr(Parity, "_every_path", staticmethod(refuse))
     parity = Parity(every_n_steps=1)
     module, batch = module_and_batch()
     for step in (0, 1, 2):
@@ -198,10 +283,12 @@ def test_a_refused_shape_is_skipped_with_the_contract_reason_and_not_checked_aga
         parity.skipped == "the Triton contract refuses this shape "
         "(rmsnorm (triton): x has rows of N = 70000 elements; accepted: N <= 65536)"
     )
-    assert parity.checked_steps == [] and parity.ok  # nothing was compared: no check to report
+    assert parity.checked_steps == [] and all(
+        v.ok for v in parity.paths.values()
+    )  # nothing compared, nothing to report
 
 
-@pytest.mark.parametrize("norm_impl", ["reference", "triton"])
+@pytest.mark.parametrize("norm_impl", IMPLS)
 def test_the_module_keeps_its_own_path_and_weights(norm_impl):
     module, batch = module_and_batch()
     module.net.norm.impl = norm_impl

@@ -15,11 +15,15 @@ from hydra.types import RunMode
 
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.contract import MAX_N
+from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.training import cli
 from rmsnorm_kernel.training.checkpoints import read_checkpoint
 from tests.helpers import ROOT, train_process
 
 from .helpers import SCHEDULE, block_mean_forward, full_disk_after, main
+
+#: The options of the ``norm`` group (one conf/norm/<path>.yaml per path), as Hydra lists them: sorted.
+NORMS = ", ".join(sorted(IMPLS))
 
 
 def exits(tmp_path, capsys, *overrides):
@@ -34,7 +38,7 @@ def test_a_run_that_passes_prints_its_summary(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert result.ok
     lines = out.splitlines()
-    assert lines[-9] == "run reference_seed0: OK"
+    assert lines[-10] == "run reference_seed0: OK"
     assert lines[-1] == f"  checkpoint: {tmp_path}/checkpoints/reference_seed0/version_0/final.ckpt"
     assert "train.py:" not in err
 
@@ -97,7 +101,7 @@ def test_a_failed_check_exits_1_with_its_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(kernels, "rmsnorm_forward", block_mean_forward)
     code, line = exits(tmp_path, capsys, "trainer.max_steps=2")
     assert code == 1
-    assert line.startswith("train.py: check failed: initial parity: outputs differ by")
+    assert line.startswith("train.py: check failed: initial parity: triton outputs differ from the reference by")
 
 
 def test_in_a_multirun_a_failed_check_is_left_to_the_end(tmp_path, capsys, monkeypatch):
@@ -107,7 +111,10 @@ def test_in_a_multirun_a_failed_check_is_left_to_the_end(tmp_path, capsys, monke
     result = main(tmp_path, "trainer.max_steps=2")
     assert not result.ok
     out, err = capsys.readouterr()
-    assert "run triton_seed0: FAILED" in out and "  check failed: initial parity: outputs differ by" in out
+    assert (
+        "run triton_seed0: FAILED" in out
+        and "  check failed: initial parity: triton outputs differ from the reference by" in out
+    )
     assert "train.py:" not in err
 
 
@@ -130,7 +137,12 @@ MUTANT = (
         (["ckpt_path=gone.ckpt"], None, 2, "train.py: checkpoint error: checkpoint {tmp}/gone.ckpt does not exist"),
         ([f"model.hidden_dim={MAX_N + 1}"], None, 1, "train.py: training stopped: rmsnorm (triton): x has rows of"),
         (["model.lr=1e30", "trainer.max_steps=20"], None, 1, "train.py: training stopped: train/mse is "),
-        (["parity.every_n_steps=0"], MUTANT, 1, "train.py: check failed: initial parity: outputs differ by"),
+        (
+            ["parity.every_n_steps=0"],
+            MUTANT,
+            1,
+            "train.py: check failed: initial parity: triton outputs differ from the reference by",
+        ),
         ([], MUTANT, 1, "train.py: training stopped: parity at step 2: the triton and reference paths differ by"),
     ],
     ids=["config", "checkpoint", "contract", "non-finite", "check", "parity"],
@@ -152,7 +164,7 @@ def test_each_failure_exits_with_its_code_and_one_line(tmp_path, overrides, prel
             "Error merging override trainer.max_steps=many; "
             "Value 'many' of type 'str' could not be converted to Integer",
         ),
-        ("norm=cuda", "In 'config': Could not find 'norm/cuda'; Available options in 'norm': reference, triton"),
+        ("norm=cuda", f"In 'config': Could not find 'norm/cuda'; Available options in 'norm': {NORMS}"),
     ],
 )
 def test_a_value_hydra_refuses_exits_2_in_one_line_before_any_work(tmp_path, override, line):
@@ -169,7 +181,7 @@ HYDRA_REFUSALS = [
     (["seed=[1"], "no viable alternative at input '[1'"),
     (
         ["-m", "norm=reference,bogus", "seed=0,1"],
-        "In 'config': Could not find 'norm/bogus'; Available options in 'norm': reference, triton",
+        f"In 'config': Could not find 'norm/bogus'; Available options in 'norm': {NORMS}",
     ),
     (
         ["-m", "norm=reference,triton", "trainer.max_steps=1,x"],

@@ -8,6 +8,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ValidationError
 
+from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.training.config import STRATEGIES, ConfigError, check_path, check_processes, validate
 from tests.helpers import compose_cfg
 
@@ -37,8 +38,11 @@ def test_the_large_model_preset_sets_thousands_of_features_and_rows_and_yields_t
     assert compose_cfg(["model=large"]).trainer == compose_cfg().trainer
 
 
-def test_norm_group_selects_the_reference_path():
-    assert compose_cfg(["norm=reference"]).norm.impl == "reference"
+@pytest.mark.parametrize("impl", IMPLS)
+def test_the_norm_group_has_an_option_for_each_path_that_selects_it(impl):
+    cfg = compose_cfg([f"norm={impl}"])
+    assert (cfg.norm.impl, cfg.norm.eps, cfg.norm.fallback) == (impl, 1e-6, None)
+    validate(cfg)
 
 
 def test_command_line_overrides_reach_the_config():
@@ -47,7 +51,8 @@ def test_command_line_overrides_reach_the_config():
 
 
 def test_unknown_norm_choice_lists_the_available_ones():
-    with pytest.raises(ConfigCompositionException, match=r"(?s)Could not find 'norm/cuda'.*reference.*triton"):
+    listed = r"\s+".join(sorted(IMPLS))  # Hydra lists the group's options sorted, one a line
+    with pytest.raises(ConfigCompositionException, match=rf"(?s)Could not find 'norm/cuda'.*{listed}"):
         compose_cfg(["norm=cuda"])
 
 
@@ -76,6 +81,7 @@ def test_unknown_key_is_refused():
         ("norm.eps=-1e-6", r"norm.eps is -1e-06; accepted: a finite number > 0 that float32 holds"),
         ("data.noise=-0.1", r"data.noise is -0.1; accepted: a finite number >= 0 that float32 holds"),
         ("norm.fallback=triton", r"norm.fallback is 'triton'; accepted: null or reference"),
+        ("norm.impl=cuda", r"norm.impl is 'cuda'; accepted: triton, reference, native"),
         ("trainer.precision=fp8", r"trainer.precision is 'fp8'"),
         (
             "parity.every_n_steps=-1",

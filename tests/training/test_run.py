@@ -1,10 +1,11 @@
-"""One run in this process: both paths, the TensorBoard tags read back, the end-of-run checks.
+"""One run in this process: every path, the TensorBoard tags read back, the end-of-run checks.
 
-The end-to-end command, ``train.py -m norm=reference,triton`` on its default schedule, is the slow test.
+The end-to-end command, ``train.py -m norm=reference,native,triton`` on its default schedule, is the slow test.
 """
 
 import logging
 import math
+from dataclasses import fields
 from types import SimpleNamespace
 
 import pytest
@@ -13,8 +14,10 @@ import torch
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops import module as norm_module
 from rmsnorm_kernel.ops.contract import MAX_N, ContractError
+from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.ops.reference import rmsnorm_reference
 from rmsnorm_kernel.ops.tolerances import TOLERANCES, TRAINING_CURVE_RTOL
+from rmsnorm_kernel.training.callbacks import COMPARED, PathVerdict, parity_name, parity_tag
 from rmsnorm_kernel.training.checkpoints import read_checkpoint
 from rmsnorm_kernel.training.events import read_scalars
 from rmsnorm_kernel.training.run import RunResult, build, failed_checks
@@ -35,18 +38,21 @@ STEPS, VAL_EVERY, PARITY_EVERY, WINDOW = 4, 2, 2, 2  # the tiny schedule of help
 
 
 @pytest.fixture(scope="module")
-def both_paths(tmp_path_factory):
-    return {impl: shared_run(tmp_path_factory, f"norm={impl}") for impl in ("reference", "triton")}
+def all_paths(tmp_path_factory):
+    return {impl: shared_run(tmp_path_factory, f"norm={impl}") for impl in IMPLS}
 
 
-def test_same_seed_gives_identical_initial_weights_and_batches_on_both_paths():
-    (m_ref, d_ref), (m_tri, d_tri) = (build(compose_cfg([f"norm={n}", "seed=5"])) for n in ("reference", "triton"))
-    assert m_ref.net.norm.impl == "reference" and m_tri.net.norm.impl == "triton"
-    ref_state, tri_state = m_ref.state_dict(), m_tri.state_dict()
-    assert ref_state.keys() == tri_state.keys()
-    assert all(torch.equal(ref_state[k], tri_state[k]) for k in ref_state)
-    for (xa, ya), (xb, yb) in zip(d_ref.train_dataloader(), d_tri.train_dataloader()):
-        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+def test_same_seed_gives_identical_initial_weights_and_batches_on_every_path():
+    built = {n: build(compose_cfg([f"norm={n}", "seed=5"])) for n in IMPLS}
+    (m_ref, d_ref) = built["reference"]
+    ref_state = m_ref.state_dict()
+    for impl, (module, data) in built.items():
+        assert module.net.norm.impl == impl
+        state = module.state_dict()
+        assert state.keys() == ref_state.keys()
+        assert all(torch.equal(ref_state[k], state[k]) for k in ref_state), impl
+        for (xa, ya), (xb, yb) in zip(d_ref.train_dataloader(), data.train_dataloader()):
+            assert torch.equal(xa, xb) and torch.equal(ya, yb)
     # and another seed gives other weights: the comparison above can fail
     other, _ = build(compose_cfg(["seed=6"]))
     assert not torch.equal(other.state_dict()["net.inp.weight"], ref_state["net.inp.weight"])
@@ -60,13 +66,17 @@ def check_scalars(s, impl, steps, val_every, parity_every, window):
     # every val_every steps, and at the last step whatever the schedule
     assert [step for step, _ in s["val/mse"]] == sorted({*range(val_every - 1, steps, val_every), steps - 1})
     assert len(s["test/mse"]) == 1
-    for tag in ("parity/initial_output_err", "parity/initial_grad_err"):
-        assert len(s[tag]) == 1 and s[tag][0][0] == 0 and 0.0 <= s[tag][0][1] <= TOLERANCES[torch.float32].rtol
     checks = list(range(0, steps, parity_every))  # step 0, then every parity_every steps
-    for tag in ("parity/output_err", "parity/grad_err", "parity/worst_over_tol", "calls/parity_forward"):
-        assert [step for step, _ in s[tag]] == checks, tag
-    assert all(0.0 <= v <= 1.0 for _, v in s["parity/worst_over_tol"])
-    # both paths' parity checks run the Triton copy once forward and once backward, counted apart
+    for path in COMPARED:  # each compared with the reference, whichever path trained: parity/native_... too
+        for name in ("initial_output_err", "initial_grad_err"):
+            tag = parity_tag(path, name)
+            assert len(s[tag]) == 1 and s[tag][0][0] == 0 and 0.0 <= s[tag][0][1] <= TOLERANCES[torch.float32].rtol
+        for name in ("output_err", "grad_err", "worst_over_tol"):
+            assert [step for step, _ in s[parity_tag(path, name)]] == checks, (path, name)
+        assert all(0.0 <= v <= 1.0 for _, v in s[parity_tag(path, "worst_over_tol")])
+    assert {"parity/native_output_err", "parity/native_grad_err", "parity/native_worst_over_tol"} <= s.keys()
+    assert [step for step, _ in s["calls/parity_forward"]] == checks
+    # every path's parity checks run the Triton copy once forward and once backward, counted apart
     assert [v for _, v in s["calls/parity_forward"]] == [float(i + 1) for i in range(len(checks))]
     assert [v for _, v in s["calls/parity_backward"]] == [float(i + 1) for i in range(len(checks))]
     assert [step for step, _ in s["time/step_ms"]] == sorted({*range(window - 1, steps, window), steps - 1})
@@ -87,16 +97,17 @@ def check_scalars(s, impl, steps, val_every, parity_every, window):
 
 
 def check_curves_agree(scalars):
-    """The two paths train the same network: their train/mse curves agree step by step."""
-    pairs = list(zip(scalars["reference"]["train/mse"], scalars["triton"]["train/mse"]))
-    assert pairs
-    for (_, a), (_, b) in pairs:
-        assert math.isclose(a, b, rel_tol=TRAINING_CURVE_RTOL)
+    """Every path trains the same network: its train/mse curve agrees with the reference's step by step."""
+    for impl in IMPLS:
+        pairs = list(zip(scalars["reference"]["train/mse"], scalars[impl]["train/mse"]))
+        assert len(pairs) == len(scalars[impl]["train/mse"]) > 0
+        for (_, a), (_, b) in pairs:
+            assert math.isclose(a, b, rel_tol=TRAINING_CURVE_RTOL), impl
 
 
-def test_both_paths_pass_their_checks_and_log_every_tag(both_paths):
+def test_every_path_passes_its_checks_and_logs_every_tag(all_paths):
     scalars = {}
-    for impl, (root, result) in both_paths.items():
+    for impl, (root, result) in all_paths.items():
         assert result.ok, result.failures
         assert (result.impl, result.steps, result.name) == (impl, STEPS, f"{impl}_seed0")
         expected = STEPS if impl == "triton" else 0
@@ -113,12 +124,29 @@ def test_both_paths_pass_their_checks_and_log_every_tag(both_paths):
         assert final["global_step"] == STEPS
         assert_same_tree(final["state_dict"], last["state_dict"])  # ckpt_path=last resumes the final state
     check_curves_agree(scalars)
-    assert both_paths["reference"][1].initial_weights_sha256 == both_paths["triton"][1].initial_weights_sha256
+    assert len({result.initial_weights_sha256 for _, result in all_paths.values()}) == 1
 
 
-@pytest.mark.parametrize("impl", ["reference", "triton"])
-def test_every_checkpoint_reproduces_its_recorded_outputs_bit_for_bit_where_the_kernels_run(both_paths, impl):
-    root, _ = both_paths[impl]
+def test_a_native_run_records_the_parity_of_every_path_in_its_result_and_checkpoints(all_paths):
+    root, result = all_paths["native"]
+    assert result.ok and result.impl == "native"
+    parity = read_checkpoint(result.checkpoint)["callbacks"]["Parity"]
+    assert {"native_output_err", "native_grad_err", "native_ok", "native_worst_over_tol"} <= parity.keys()
+    assert parity["checked_steps"] == list(range(0, STEPS, PARITY_EVERY))
+    for path in COMPARED:
+        verdict = PathVerdict(**{f.name: parity[parity_name(path, f.name)] for f in fields(PathVerdict)})
+        assert verdict.ok and verdict.failed_steps == [] and verdict.unknown_before is None, path
+        assert 0.0 <= verdict.worst_over_tol <= 1.0, path
+        assert result.metrics[parity_tag(path, "initial_output_err")] == verdict.output_err
+        assert result.metrics[parity_tag(path, "initial_grad_err")] == verdict.grad_err
+        assert result.metrics[parity_tag(path, "worst_over_tol")] == verdict.worst_over_tol
+        logged = read_scalars(result.log_dir)[parity_tag(path, "worst_over_tol")]
+        assert max(v for _, v in logged) == pytest.approx(verdict.worst_over_tol, rel=1e-6)  # TensorBoard's float32
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_every_checkpoint_reproduces_its_recorded_outputs_bit_for_bit_where_the_kernels_run(all_paths, impl):
+    root, _ = all_paths[impl]
     paths = sorted((root / "checkpoints").glob(f"{impl}_seed0/version_*/*.ckpt"))
     assert [p.name for p in paths] == ["final.ckpt", "last.ckpt", "step00002.ckpt", "step00004.ckpt"]
     for path in paths:
@@ -127,11 +155,11 @@ def test_every_checkpoint_reproduces_its_recorded_outputs_bit_for_bit_where_the_
         assert torch.equal(now, recorded), path.name
 
 
-def test_hparams_record_the_backend_with_the_mses_and_the_run_time_as_metrics(both_paths):
+def test_hparams_record_the_backend_with_the_mses_and_the_run_time_as_metrics(all_paths):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    acc = EventAccumulator(both_paths["triton"][1].log_dir)
+    acc = EventAccumulator(all_paths["triton"][1].log_dir)
     acc.Reload()
     content = acc.PluginTagToContent("hparams")
     session = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
@@ -156,7 +184,7 @@ def test_a_wrong_kernel_fails_initial_parity_naming_the_declared_tolerance(tmp_p
     result = train(tmp_path, "norm=triton", "trainer.max_steps=1")
     assert not result.ok
     first = result.failures[0]
-    assert first.startswith("initial parity: outputs differ by ")
+    assert first.startswith("initial parity: triton outputs differ from the reference by ")
     assert first.endswith(", beyond the float32 tolerance (atol 1e-05, rtol 0.0001)")
 
 
@@ -171,19 +199,37 @@ def test_failed_checks_name_each_failure():
         checkpoint="c/final.ckpt",
         calls={"train/forward": 8, "train/backward": 8, "train/fallback": 2},
     )
-    parity = SimpleNamespace(ok=False, output_err=0.5, grad_err=0.25, dtype=torch.bfloat16, unknown_before=None)
-    parity.failed_steps = [0]  # step 0 alone: the initial check
+    kernel = PathVerdict(ok=False, output_err=0.5, grad_err=0.25, failed_steps=[0])  # step 0 alone: the initial check
+    parity = SimpleNamespace(dtype=torch.bfloat16, paths={"triton": kernel, "native": PathVerdict()})
     assert failed_checks(cfg, result, parity, 0.125, "reference") == [
-        "initial parity: outputs differ by 0.5, gradients by 0.25, "
+        "initial parity: triton outputs differ from the reference by 0.5, gradients by 0.25, "
         "beyond the bfloat16 tolerance (atol 0.0234375, rtol 0.0234375)",
         "reload parity: test outputs differ by 0.125 after reloading c/final.ckpt (must be 0)",
         "reload parity: c/final.ckpt reloaded with norm 'reference', trained with 'triton'",
     ]  # 8 + 2 fallbacks = 10 steps: the integration check passes
-    parity.ok = True
+    parity.paths["triton"] = PathVerdict()
+    parity.paths["native"] = PathVerdict(ok=False, output_err=0.5, grad_err=0.25, failed_steps=[0, 5])
     result.calls["train/fallback"] = 0
     assert failed_checks(cfg, result, parity, 0.0, "triton") == [
+        "parity along the run: native past the tolerance at step 5",
+        "initial parity: native outputs differ from the reference by 0.5, gradients by 0.25, "
+        "beyond the bfloat16 tolerance (atol 0.0234375, rtol 0.0234375)",
         "integration: 8 Triton forward calls in 10 training steps on the triton path; expected 10",
         "integration: 8 Triton backward calls in 10 training steps on the triton path; expected 10",
+    ]
+
+
+@pytest.mark.parametrize("impl", ["reference", "native"])
+def test_the_integration_check_expects_no_triton_call_on_the_other_paths(impl):
+    cfg = compose_cfg([f"norm={impl}"])
+    parity = SimpleNamespace(dtype=torch.float32, paths={path: PathVerdict() for path in COMPARED})
+    calls = {"train/forward": 0, "train/backward": 0, "train/fallback": 0}
+    result = RunResult(name=f"{impl}_seed0", impl=impl, seed=0, backend="interpreter", steps=10, calls=calls)
+    assert failed_checks(cfg, result, parity, 0.0, impl) == []
+    result.calls.update({"train/forward": 10, "train/backward": 10})  # as a Triton run would have called them
+    assert failed_checks(cfg, result, parity, 0.0, impl) == [
+        f"integration: 10 Triton forward calls in 10 training steps on the {impl} path; expected 0",
+        f"integration: 10 Triton backward calls in 10 training steps on the {impl} path; expected 0",
     ]
 
 
@@ -208,10 +254,11 @@ def test_without_fallback_a_refused_shape_stops_the_run_with_the_contract_messag
 
 
 @pytest.mark.parametrize("option", ["compile=true", "trainer.precision=bf16-mixed"])
-@pytest.mark.parametrize("impl", ["reference", "triton"])
-def test_compile_and_mixed_precision_train_on_both_paths(tmp_path, impl, option):
+@pytest.mark.parametrize("impl", IMPLS)
+def test_compile_and_mixed_precision_train_on_every_path(tmp_path, impl, option):
     result = train(tmp_path, f"norm={impl}", option)
-    assert result.ok, result.failures
+    assert result.ok, result.failures  # parity included: every path within the float32 tolerance of the reference
+    assert result.metrics["parity/checks"] == len(range(0, STEPS, PARITY_EVERY))
     s = read_scalars(result.log_dir)
     assert s["calls/forward"][-1][1] == (STEPS if impl == "triton" else 0)
     assert s["reload/max_abs_diff"] == [(STEPS, 0.0)]
@@ -220,22 +267,26 @@ def test_compile_and_mixed_precision_train_on_both_paths(tmp_path, impl, option)
 
 
 @pytest.mark.slow
-def test_the_two_path_command_on_its_default_schedule_passes_its_checks(tmp_path):
-    """``train.py -m norm=reference,triton``, the main command, as documented: 100 steps, validation every 25."""
-    proc = train_process(tmp_path, "-m", "norm=reference,triton")
+def test_the_three_path_command_on_its_default_schedule_passes_its_checks(tmp_path):
+    """``train.py -m norm=reference,native,triton``, the main command, as documented: 100 steps, validation
+    every 25."""
+    proc = train_process(tmp_path, "-m", "norm=reference,native,triton")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "run triton_seed0: OK" in proc.stdout and "run reference_seed0: OK" in proc.stdout
+    for impl in IMPLS:
+        assert f"run {impl}_seed0: OK" in proc.stdout
     runs = run_dirs(tmp_path)
-    assert set(runs) == {"reference", "triton"}
+    assert set(runs) == set(IMPLS)
     scalars = {impl: read_scalars(d) for impl, d in runs.items()}
     for impl, s in scalars.items():
         check_scalars(s, impl, steps=100, val_every=25, parity_every=25, window=10)
     check_curves_agree(scalars)
     (summary,) = (tmp_path / "runs").glob("summary_*.md")
     text = summary.read_text()
-    assert "| | reference_seed0 | triton_seed0 |" in text and "test/mse difference" in text
+    assert "| | reference_seed0 | native_seed0 | triton_seed0 |" in text
+    assert "triton_seed0 against native_seed0: median step " in text
+    assert "triton_seed0 against reference_seed0: median step " in text
     assert (tmp_path / "runs" / summary.name.replace(".md", ".json")).exists()
-    for impl in ("reference", "triton"):
+    for impl in IMPLS:
         ckpts = sorted(p.name for p in (tmp_path / "checkpoints" / f"{impl}_seed0").glob("version_*/*.ckpt"))
         assert ckpts == ["final.ckpt", "last.ckpt", "step00050.ckpt", "step00100.ckpt"]
 
@@ -249,21 +300,21 @@ def test_a_run_validates_at_its_last_step_and_so_does_its_continuation(tmp_path)
     assert [step for step, _ in branch["val/mse"]] == [3, 4]
 
 
-@pytest.mark.parametrize("impl", ["reference", "triton"])
-def test_the_large_preset_trains_on_both_paths_at_a_reduced_size(tmp_path, impl):
+@pytest.mark.parametrize("impl", IMPLS)
+def test_the_large_preset_trains_on_every_path_at_a_reduced_size(tmp_path, impl):
     # the preset itself is for a GPU; here its network at 96 features and 16 rows a step
     result = train(tmp_path, f"norm={impl}", "model=large", "model.hidden_dim=96", "data.batch_size=16")
     assert result.ok, result.failures
     assert result.name == f"{impl}_seed0_hidden96" and result.steps == STEPS
 
 
-def test_each_run_folder_carries_the_comparison_layout_and_its_charts_name_logged_tags(both_paths):
+def test_each_run_folder_carries_the_comparison_layout_and_its_charts_name_logged_tags(all_paths):
     import re
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.custom_scalar import layout_pb2
 
-    for impl, (_, result) in both_paths.items():
+    for impl, (_, result) in all_paths.items():
         acc = EventAccumulator(result.log_dir)
         acc.Reload()
         (event,) = acc.Tensors("custom_scalars__config__")  # where TensorBoard's custom-scalars plugin reads it
@@ -272,15 +323,21 @@ def test_each_run_folder_carries_the_comparison_layout_and_its_charts_name_logge
         assert list(charts) == [
             "train/mse",
             "val/mse",
-            "parity: largest |difference| of outputs and gradients",
+            "parity: largest |difference| of outputs and gradients from the reference",
             "parity: worst difference / tolerance (passes at 1 or less)",
             "time/step_ms and time/rmsnorm_ms (medians of each logging window)",
         ]
         tags = read_scalars(result.log_dir)
         unmeasured = {r"^time/rmsnorm_ms$"} if DEVICE == "cpu" else set()  # GPU time: none without a GPU
+        drawn = set()
         for title, patterns in charts.items():  # every pattern draws a tag the run logged
             for pattern in set(patterns) - unmeasured:
-                assert [t for t in tags if re.search(pattern, t)], (impl, title, pattern)
+                matched = [t for t in tags if re.search(pattern, t)]
+                assert matched, (impl, title, pattern)
+                drawn.update(matched)
+        for path in COMPARED:  # each compared path's parity curves, and not the initial check's single points
+            assert {parity_tag(path, n) for n in ("output_err", "grad_err", "worst_over_tol")} <= drawn, path
+        assert not [t for t in drawn if "initial" in t]
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.training.run import RunResult
 from rmsnorm_kernel.training.summary import MultirunSummary, finite_or_null, format_summary, summary_table
 
@@ -17,8 +18,11 @@ METRICS = {
     "test/mse": 0.125,
     "parity/initial_output_err": 2.5e-07,
     "parity/initial_grad_err": 7.5e-09,
+    "parity/native_initial_output_err": 1.25e-07,
+    "parity/native_initial_grad_err": 0.0,
     "parity/checks": 3.0,
     "parity/worst_over_tol": 0.25,
+    "parity/native_worst_over_tol": 0.125,
     "reload/max_abs_diff": 0.0,
     "time/step_ms": 1.5,
 }
@@ -57,9 +61,10 @@ def test_the_summary_of_a_run_that_passed():
         "  mse: train 0.500000, val 0.250000, test 0.125000",
         "  Triton calls per process (process 0's, as TensorBoard's calls/*): train forward 4, backward 4; "
         "val forward 2, test forward 1; training fallbacks to the reference 0",
-        "  initial parity (step 0): output 2.5e-07, grad 7.5e-09: within the tolerance",
-        "  parity along the run: 3 checks over the run's history, worst difference 0.25 of the tolerance; "
-        "their Triton calls: forward 3, backward 3",
+        "  initial parity (step 0), triton against the reference: output 2.5e-07, grad 7.5e-09: within the tolerance",
+        "  initial parity (step 0), native against the reference: output 1.25e-07, grad 0: within the tolerance",
+        "  parity along the run: 3 checks over the run's history, worst difference 0.25 (triton), 0.125 (native) of "
+        "the tolerance; their Triton calls: forward 3, backward 3",
         "  reload parity: max |diff| 0.0 (bit-identical)",
         "  logs: runs/triton",
         "  checkpoint: ck/triton/final.ckpt",
@@ -76,31 +81,43 @@ def test_the_summary_gives_the_norms_share_of_a_step_where_a_gpu_measured_it():
 
 def test_a_resumed_run_whose_checkpoint_carried_no_verdicts_says_they_are_unknown():
     # docs/resume-and-faults.md, "Verdicts across a resume": never "passed" for what was not seen
-    metrics = {
-        **METRICS,
-        "parity/initial_output_err": None,
-        "parity/initial_grad_err": None,
-        "reload/max_abs_diff": 0.5,
-    }
+    metrics = {**METRICS, "reload/max_abs_diff": 0.5}
+    for path in ("", "native_"):  # no path's verdicts
+        metrics[f"parity/{path}initial_output_err"] = metrics[f"parity/{path}initial_grad_err"] = None
     lines = format_summary(result(metrics=metrics, failures=["reload parity: one", "integration: two"])).splitlines()
     assert lines[0] == "run triton_seed0: FAILED"
     assert lines[4] == "  initial parity: unknown: the checkpoint this run resumed from carries no parity verdicts"
+    assert lines[5].startswith("  parity along the run: ")
     assert lines[6] == "  reload parity: max |diff| 0.5 (DIFFERENT)"
     assert lines[-2:] == ["  check failed: reload parity: one", "  check failed: integration: two"]
 
 
-def test_a_failed_initial_parity_says_failed_on_its_line_and_below():
-    failure = "initial parity: outputs differ by 0.0123, gradients by 0.000848, beyond the float32 tolerance"
+def test_a_resumed_run_whose_checkpoint_carried_no_native_verdicts_says_native_is_unknown():
+    metrics = {**METRICS, "parity/native_initial_output_err": None, "parity/native_initial_grad_err": None}
+    lines = format_summary(result(metrics=metrics)).splitlines()
+    assert lines[4:6] == [
+        "  initial parity (step 0), triton against the reference: output 2.5e-07, grad 7.5e-09: within the tolerance",
+        "  initial parity (step 0), native against the reference: unknown: the checkpoint this run resumed from "
+        "carries no verdicts of native",
+    ]
+
+
+@pytest.mark.parametrize("path", ["triton", "native"])
+def test_a_failed_initial_parity_says_failed_on_its_paths_line_and_below(path):
+    failure = f"initial parity: {path} outputs differ from the reference by 0.0123, gradients by 0.000848, beyond"
     lines = format_summary(result(failures=[failure])).splitlines()
     assert lines[0] == "run triton_seed0: FAILED"
-    assert lines[4] == "  initial parity (step 0): output 2.5e-07, grad 7.5e-09: FAILED (beyond the tolerance)"
+    verdicts = {line.split(",")[1].split()[0]: line.endswith(": FAILED (beyond the tolerance)") for line in lines[4:6]}
+    assert verdicts == {"triton": path == "triton", "native": path == "native"}
     assert lines[-1] == f"  check failed: {failure}"
 
 
-def row(name, test_mse, ok=True):
+def row(name, test_mse, ok=True, step_ms=2.0, backend="cuda"):
     return {
         "run": name,
-        "backend": "cuda",
+        "name": name,
+        "path": name.split("_")[0],
+        "backend": backend,
         "steps": 100,
         "train/mse": 0.5,
         "val/mse": 0.25,
@@ -110,9 +127,12 @@ def row(name, test_mse, ok=True):
         "parity/initial_output_err": 1.25e-07,
         "parity/initial_grad_err": 0.0,
         "parity/worst_over_tol": 0.5,
+        "parity/native_initial_output_err": 2.5e-07,
+        "parity/native_initial_grad_err": 0.0,
+        "parity/native_worst_over_tol": 0.25,
         "calls/parity_forward": 5.0,
         "reload/max_abs_diff": 0.0,
-        "time/step_ms": 2.0,
+        "time/step_ms": step_ms,
         "time/rmsnorm_ms": 0.5,
         "initial_weights_sha256": "0123456789abcdef",
         "seconds": 3.5,
@@ -121,11 +141,12 @@ def row(name, test_mse, ok=True):
     }
 
 
-def test_the_table_has_one_column_per_run_and_the_test_mse_difference_of_two():
-    table = summary_table([row("reference_seed0", 0.125), row("triton_seed0", 0.0625, ok=False)])
+def test_the_table_has_one_column_per_run_and_the_kernel_against_the_other_path():
+    table = summary_table([row("reference_seed0", 0.125), row("triton_seed0", 0.0625, ok=False, step_ms=1.5)])
     assert table.splitlines() == [
         "| | reference_seed0 | triton_seed0 |",
         "|---|---|---|",
+        "| path | reference | triton |",
         "| backend | cuda | cuda |",
         "| steps | 100 | 100 |",
         "| train/mse | 0.5 | 0.5 |",
@@ -136,17 +157,40 @@ def test_the_table_has_one_column_per_run_and_the_test_mse_difference_of_two():
         "| parity/initial_output_err | 1.25e-07 | 1.25e-07 |",
         "| parity/initial_grad_err | 0 | 0 |",
         "| parity/worst_over_tol | 0.5 | 0.5 |",
+        "| parity/native_initial_output_err | 2.5e-07 | 2.5e-07 |",
+        "| parity/native_initial_grad_err | 0 | 0 |",
+        "| parity/native_worst_over_tol | 0.25 | 0.25 |",
         "| calls/parity_forward | 5 | 5 |",
         "| reload/max_abs_diff | 0 | 0 |",
-        "| time/step_ms | 2 | 2 |",
+        "| time/step_ms | 2 | 1.5 |",
         "| time/rmsnorm_ms | 0.5 | 0.5 |",
         "| initial_weights_sha256 | 0123456789abcdef | 0123456789abcdef |",
         "| seconds | 3.5 | 3.5 |",
         "| ok | True | False |",
         "",
-        "test/mse difference (reference_seed0 - triton_seed0): 0.0625",
+        "triton_seed0 against reference_seed0: median step 1.5 ms against 2 ms, 0.75x the time (faster); "
+        "test/mse difference -0.0625",
     ]
-    assert "difference" not in summary_table([row("triton_seed0", 0.0625)])
+    assert "against" not in summary_table([row("triton_seed0", 0.0625)])  # no other path to compare with
+
+
+def test_the_table_of_three_paths_compares_the_kernel_with_each_other_path_of_its_configuration():
+    rows = [
+        row("reference_seed0", 0.125, step_ms=1.0, backend="interpreter"),
+        row("native_seed0", 0.125, step_ms=0.5, backend="interpreter"),
+        row("triton_seed0", 0.125, step_ms=25.0, backend="interpreter"),
+        row("native_seed1", 0.25),  # a configuration without a kernel run: compared with nothing
+    ]
+    lines = summary_table(rows).splitlines()
+    assert lines[0] == "| | reference_seed0 | native_seed0 | triton_seed0 | native_seed1 |"
+    assert lines[2] == "| path | reference | native | triton | native |"
+    interpreter = " (through Triton's interpreter on the CPU: these times say nothing of a GPU)"
+    assert lines[-2:] == [
+        "triton_seed0 against reference_seed0: median step 25 ms against 1 ms, 25x the time (not faster); "
+        "test/mse difference 0" + interpreter,
+        "triton_seed0 against native_seed0: median step 25 ms against 0.5 ms, 50x the time (not faster); "
+        "test/mse difference 0" + interpreter,
+    ]
 
 
 def write_events(log_dir, scalars):
@@ -163,12 +207,11 @@ def finished(r):
     return JobReturn(overrides=[f"norm={r.impl}"], status=JobStatus.COMPLETED, _return_value=r)
 
 
-@pytest.fixture
-def two_runs(tmp_path):
+def runs_of(tmp_path, paths_and_test_mses):
     runs = []
-    for impl, test_mse in (("reference", 0.125), ("triton", 0.0625)):
+    for impl, test_mse in paths_and_test_mses:
         log_dir = tmp_path / "runs" / f"{impl}_seed0" / "version_0"
-        calls = 0.0 if impl == "reference" else 1.0
+        calls = 1.0 if impl == "triton" else 0.0
         write_events(
             log_dir,
             {
@@ -180,6 +223,11 @@ def two_runs(tmp_path):
         )
         runs.append(result(impl, log_dir=str(log_dir), steps=2))
     return runs
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    return runs_of(tmp_path, (("reference", 0.125), ("triton", 0.0625)))
 
 
 def strict_json(name):
@@ -208,7 +256,7 @@ def test_after_a_multirun_the_table_is_read_back_from_the_event_files_and_writte
     table = md.read_text()
     assert table.strip() in capsys.readouterr().out
     assert "| test/mse | 0.125 | 0.0625 |" in table and "| calls/forward | 0 | 1 |" in table
-    assert "test/mse difference (reference_seed0 - triton_seed0): 0.0625" in table
+    assert "triton_seed0 against reference_seed0: median step not measured; test/mse difference -0.0625" in table
     rows = {r["run"]: r for r in report["runs"]}
     assert (rows["triton_seed0"]["train/mse"], rows["triton_seed0"]["steps"]) == (0.5, 2)
     assert rows["triton_seed0"]["val/mse"] is None  # never logged: null, rather than an invented number
@@ -315,3 +363,18 @@ def test_two_runs_of_one_name_get_columns_named_by_their_overrides(tmp_path, two
     out = capsys.readouterr().out
     assert "| | triton_seed0 (data.batch_size=16) | triton_seed0 (data.batch_size=32) |" in out
     assert "job 0 (data.batch_size=16): OK\njob 1 (data.batch_size=32): OK" in out
+
+
+def test_after_a_three_path_multirun_the_table_and_the_jobs_list_every_path(tmp_path, capsys):
+    order = ("reference", "native", "triton")  # the README's main command
+    assert sorted(order) == sorted(IMPLS)
+    run_callback(tmp_path, [finished(r) for r in runs_of(tmp_path, [(impl, 0.125) for impl in order])])
+    out = capsys.readouterr().out
+    assert "| | reference_seed0 | native_seed0 | triton_seed0 |" in out
+    assert "| path | reference | native | triton |" in out
+    assert "| calls/forward | 0 | 0 | 1 |" in out
+    for other in ("reference", "native"):
+        assert f"triton_seed0 against {other}_seed0: median step not measured; test/mse difference 0" in out
+    assert "job 0 (norm=reference): OK\njob 1 (norm=native): OK\njob 2 (norm=triton): OK" in out
+    (js,) = (tmp_path / "runs").glob("summary_*.json")
+    assert [(r["run"], r["path"]) for r in json.loads(js.read_text())["runs"]] == [(f"{p}_seed0", p) for p in order]

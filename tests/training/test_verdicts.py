@@ -60,8 +60,10 @@ def test_a_failed_initial_parity_stays_failed_after_a_sigterm_and_a_resume(tmp_p
     one_percent_off(monkeypatch)
     common = ["norm=triton", "parity.every_n_steps=0"]  # the initial check alone: the run trains to its end
     code, straight, lines = exit_of(tmp_path / "straight", capsys, *common)
-    assert code == 1 and straight.startswith("train.py: check failed: initial parity: outputs differ by ")
-    initial = line_of(lines, "  initial parity")
+    assert code == 1 and straight.startswith(
+        "train.py: check failed: initial parity: triton outputs differ from the reference by "
+    )
+    initial = line_of(lines, "  initial parity (step 0), triton")
     assert initial.endswith("FAILED (beyond the tolerance)")
     with monkeypatch.context() as m:
         sigterm_after_step(m, STOP_STEP)
@@ -72,7 +74,7 @@ def test_a_failed_initial_parity_stays_failed_after_a_sigterm_and_a_resume(tmp_p
     assert saved["callbacks"]["Parity"]["ok"] is False and saved["callbacks"]["Parity"]["checked_steps"] == [0]
     code, resumed, lines = exit_of(tmp_path / "stopped", capsys, *common, "ckpt_path=last")
     assert (code, resumed) == (1, straight)
-    assert line_of(lines, "  initial parity") == initial
+    assert line_of(lines, "  initial parity (step 0), triton") == initial
 
 
 def test_counts_and_parity_checks_of_a_resumed_run_cover_the_whole_history(tmp_path, tmp_path_factory, monkeypatch):
@@ -109,8 +111,8 @@ def test_a_resume_from_a_checkpoint_without_verdicts_fails_saying_they_are_unkno
     resumed = train(tmp_path, "norm=triton", "trainer.max_steps=4", "ckpt_path=last")
     assert not resumed.ok
     assert resumed.failures[0] == (
-        "initial parity: unknown: this run resumed at step 2 from a checkpoint that carries no parity verdicts, "
-        "so the checks of the steps before it were not seen"
+        "initial parity: unknown: this run resumed at step 2 from a checkpoint that carries no parity verdicts of "
+        "triton and native, so the checks of the steps before it were not seen"
     )
     assert resumed.failures[1:] == [
         "integration: unknown: this run resumed at step 2 from a checkpoint that carries no Triton call counts, "
@@ -123,6 +125,31 @@ def test_a_resume_from_a_checkpoint_without_verdicts_fails_saying_they_are_unkno
     again = train(tmp_path, "norm=triton", "trainer.max_steps=5", "ckpt_path=last")
     assert [f.split(":")[0:2] for f in again.failures] == [["initial parity", " unknown"], ["integration", " unknown"]]
     assert "at step 2 " in again.failures[0] and "at step 2 " in again.failures[1]
+
+
+def test_a_resume_from_a_checkpoint_without_native_verdicts_keeps_the_kernels_and_fails_native_as_unknown(tmp_path):
+    """docs/resume-and-faults.md, "Verdicts across a resume": a checkpoint written before the native path
+    was compared loads; the kernel's verdicts come back whole, native's before the resume are unknown."""
+    assert train(tmp_path, "norm=native", "trainer.max_steps=2").ok
+    last = checkpoint_of(tmp_path, "native", "last.ckpt")
+    old = read_checkpoint(last)
+    kernel = dict(old["callbacks"]["Parity"])
+    old["callbacks"]["Parity"] = {k: v for k, v in kernel.items() if not k.startswith("native_")}
+    assert len(old["callbacks"]["Parity"]) < len(kernel)  # the native keys were there: now they are not
+    atomic_torch_save(old, last)
+    resumed = train(tmp_path, "norm=native", "trainer.max_steps=4", "ckpt_path=last")
+    assert resumed.failures == [
+        "initial parity: unknown: this run resumed at step 2 from a checkpoint that carries no parity verdicts of "
+        "native, so the checks of the steps before it were not seen"
+    ]
+    assert resumed.metrics["parity/initial_output_err"] == kernel["output_err"]  # from the checkpoint
+    assert resumed.metrics["parity/native_initial_output_err"] is None  # never seen
+    assert resumed.metrics["parity/checks"] == 2  # step 0 (from the checkpoint) and step 2
+    summary = format_summary(resumed)
+    assert "  initial parity (step 0), triton against the reference: output " in summary
+    assert "native against the reference: unknown: the checkpoint this run resumed from carries no verdicts" in summary
+    saved = read_checkpoint(resumed.checkpoint)["callbacks"]["Parity"]
+    assert saved["native_unknown_before"] == 2 and saved["native_failed_steps"] == []  # step 2's check passed
 
 
 def test_the_summarys_train_mse_is_the_global_batch_value_tensorboard_logs(tmp_path, monkeypatch):
@@ -161,7 +188,7 @@ def test_under_ddp_the_summary_prints_the_global_numbers_tensorboard_has(tmp_pat
     out = proc.stdout
     train_mse = float(re.search(r"mse: train ([0-9.]+),", out).group(1))
     assert math.isclose(train_mse, s["train/mse"][-1][1], abs_tol=5e-7)  # printed to 6 decimals
-    initial = re.search(r"initial parity \(step 0\): output ([^,]+), grad ([^:]+):", out)
+    initial = re.search(r"initial parity \(step 0\), triton against the reference: output ([^,]+), grad ([^:]+):", out)
     assert float(initial.group(1)) == float(f"{s['parity/initial_output_err'][-1][1]:.3g}")
     assert float(initial.group(2)) == float(f"{s['parity/initial_grad_err'][-1][1]:.3g}")
     # the counts are per process, labelled so, and the same as TensorBoard's calls/*

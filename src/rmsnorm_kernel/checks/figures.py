@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..ops.impls import IMPLS
 
 #: What each figure shows, for ``--help`` and the report.
 FIGURES: dict[str, str] = {
     "training_mse.png": (
         "train/mse and val/mse over the training steps, one line per run under runs/ (reference path "
-        "solid, Triton path dashed): if the kernel is a drop-in replacement the two paths' curves lie "
-        "on top of each other"
+        "solid, native path dotted, Triton path dashed): if the kernel is a drop-in replacement the "
+        "paths' curves lie on top of each other"
     ),
     "check_errors.png": (
         "for each check campaign (check-forward: y, check-backward: dx, check-gamma: dgamma), the max "
@@ -28,6 +31,10 @@ FIGURES: dict[str, str] = {
 }
 
 TRAINING_TAGS = ("train/mse", "val/mse")
+#: How each path's curves are drawn: (line style, width, opacity). The runs of one configuration share a
+#: colour, so that identical curves show as one striped line: the reference wide and faint, native dotted
+#: over it, Triton thin dashes on top.
+PATH_STYLES = {"reference": ("-", 3.0, 0.6), "native": (":", 2.2, 0.8), "triton": ("--", 1.3, 1.0)}
 #: Errors of exactly 0 cannot sit on a log axis; they are drawn at this height.
 ZERO_FLOOR = 1e-12
 
@@ -54,15 +61,21 @@ def pyplot():
 # Training curves
 
 
+def _words(label: str) -> list[str]:
+    """A run directory's name in words: ``triton_seed0/version_0`` is triton, seed0, version, 0."""
+    return re.split(r"[^a-z0-9]+", label.lower())
+
+
 def run_path(label: str) -> str | None:
-    """Which path a run directory's name says it trained: ``"reference"``, ``"triton"`` or None."""
-    low = label.lower()
-    found = [p for p in ("reference", "triton") if p in low]
+    """Which path (``impls.IMPLS``) a run directory's name says it trained, by a word of it (the training
+    names runs ``<path>_seed<n>...``), or None when it names none or several."""
+    found = [p for p in IMPLS if p in _words(label)]
     return found[0] if len(found) == 1 else None
 
 
 def _pair_key(label: str) -> str:
-    return label.lower().replace("reference", "*").replace("triton", "*")
+    """The run's name with its path left out: the runs of one configuration share it."""
+    return "_".join("*" if word in IMPLS else word for word in _words(label))
 
 
 def read_training_scalars(runs_dir: Path) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
@@ -101,15 +114,14 @@ def training_figure(runs_dir: Path, out: Path) -> FigureResult:
     if not usable:
         return FigureResult(name, "skipped", "; ".join(notes))
     paths_seen = {run_path(label) for label in usable}
-    for p in ("reference", "triton"):
+    for p in IMPLS:
         if p not in paths_seen:
-            notes.append(f"no run of the {p} path (a run directory's name must contain 'reference' or 'triton')")
+            notes.append(f"no run of the {p} path (a run directory's name must contain one of {', '.join(IMPLS)})")
 
     plt = pyplot()
     fig, axes = plt.subplots(1, len(TRAINING_TAGS), figsize=(12, 4.5), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    # The two paths of one configuration (same seed...) share a colour: solid and wide for the
-    # reference, dashed and thin for Triton, so that identical curves show as one striped line.
+    # The paths of one configuration (same seed...) share a colour; each path has its style (PATH_STYLES).
     pairs = sorted({_pair_key(label) for label in usable})
     series = []
     for ax, tag in zip(axes[0], TRAINING_TAGS):
@@ -117,13 +129,13 @@ def training_figure(runs_dir: Path, out: Path) -> FigureResult:
             if tag not in scalars:
                 continue
             steps, values = scalars[tag]
-            triton = run_path(label) == "triton"
+            style, width, alpha = PATH_STYLES.get(run_path(label), PATH_STYLES["reference"])
             ax.plot(
                 steps,
                 values,
-                "--" if triton else "-",
-                linewidth=1.3 if triton else 3.0,
-                alpha=1.0 if triton else 0.6,
+                style,
+                linewidth=width,
+                alpha=alpha,
                 marker="o" if len(steps) < 30 else None,
                 markersize=3,
                 color=colors[pairs.index(_pair_key(label)) % len(colors)],
@@ -137,7 +149,7 @@ def training_figure(runs_dir: Path, out: Path) -> FigureResult:
             ax.set_yscale("log")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("Training and validation MSE: reference path (solid) and Triton path (dashed)")
+    fig.suptitle("Training and validation MSE: reference path (solid), native path (dotted), Triton path (dashed)")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -1,5 +1,6 @@
-"""The callbacks of a training run: parity of the two RMSNorm paths along the run, validation at the last
-step, the step timer, the periodic checkpoints, and ``last.ckpt`` written when a signal stops the run."""
+"""The callbacks of a training run: parity of the RMSNorm paths with the reference along the run, validation
+at the last step, the step timer, the periodic checkpoints, and ``last.ckpt`` written when a signal stops
+the run."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import statistics
 import threading
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import lightning as L
@@ -26,91 +28,127 @@ from .network import build_network
 
 
 class ParityError(TrainingStopped):
-    """The two RMSNorm paths disagreed beyond the declared tolerance during training."""
+    """A path disagreed with the reference beyond the declared tolerance during training."""
+
+
+#: The oracle every other path is compared with.
+ORACLE = "reference"
+#: The paths compared with the oracle at each check, in the order they are reported.
+COMPARED = tuple(impl for impl in IMPLS if impl != ORACLE)
+#: The path whose parity numbers keep the plain names (``parity/output_err``).
+KERNEL = "triton"
+
+
+def parity_name(path: str, name: str) -> str:
+    """The name of one path's parity number in ``Parity.state_dict``, in a run's metrics and, after
+    ``parity/``, in TensorBoard: the kernel's plain (``output_err``), any other path's prefixed with the
+    path (``native_output_err``)."""
+    return name if path == KERNEL else f"{path}_{name}"
+
+
+def parity_tag(path: str, name: str) -> str:
+    """The TensorBoard tag, and the run's metric, of one path's parity number: ``parity/<parity_name>``."""
+    return f"parity/{parity_name(path, name)}"
+
+
+@dataclass
+class PathVerdict:
+    """One path's comparison with the oracle over the run's whole history."""
+
+    output_err: float | None = None  # the initial check's (step 0) largest differences
+    grad_err: float | None = None
+    ok: bool = True  # the initial check's verdict
+    failed_steps: list[int] = field(default_factory=list)  # the checked steps past the tolerance
+    worst_over_tol: float = 0.0  # the largest over every check (all processes')
+    unknown_before: int | None = None  # resumed at this step from a checkpoint without this path's verdicts
 
 
 class Parity(L.Callback):
-    """Both RMSNorm paths on the step's batch, from a copy of the module's current weights, compared.
+    """Every RMSNorm path on the step's batch, from a copy of the module's current weights, each compared
+    with the reference (the oracle): Triton against the reference, ``F.rms_norm`` (native) against the
+    reference, whichever path the run trains on.
 
-    Outputs and parameter gradients (of the MSE loss) must agree within the tolerance of
-    ``ops/tolerances.py`` for their dtype; the module itself, its path, weights and gradients are left
-    as they were. The comparison runs in float32, the dtype of the parameters, also when training runs
-    in mixed precision. It runs from either path: a Triton run is checked against the reference, a
-    reference run against Triton. The Triton calls it makes are counted in the module's
-    ``calls["parity/forward"]`` and ``calls["parity/backward"]``, apart from the training steps' counts.
+    The verdict covers every compared path (``COMPARED``): a check passes when each path's outputs and
+    parameter gradients (of the MSE loss) agree with the reference's within the tolerance of
+    ``ops/tolerances.py`` for their dtype, and fails when any one of them does not, naming that path.
+    The module itself, its path, weights and gradients are left as they were. The comparison runs in
+    float32, the dtype of the parameters, also when training runs in mixed precision. The Triton calls
+    it makes are counted in the module's ``calls["parity/forward"]`` and ``calls["parity/backward"]``,
+    apart from the training steps' counts.
 
-    - Step 0 is the initial check: its verdict is one of the run's end checks (``ok``), not a stop. With
-      ``every_n_steps=0`` a run whose kernel is wrong from the start trains to its end and reports every
-      check; otherwise the next check stops it. A resumed run starts past step 0 and does not repeat it.
-      When the Triton contract refuses the batch, nothing is compared, then or later, and ``skipped``
-      holds the contract's reason.
+    - Step 0 is the initial check: its verdict is one of the run's end checks (``ok`` of each path), not
+      a stop. With ``every_n_steps=0`` a run whose kernel is wrong from the start trains to its end and
+      reports every check; otherwise the next check stops it. A resumed run starts past step 0 and does
+      not repeat it. When the Triton contract refuses the batch, nothing is compared, on any path, then
+      or later, and ``skipped`` holds the contract's reason.
     - Every ``every_n_steps`` steps after that (0: never), the same comparison along the run: a kernel that
       drifts after many Adam steps, or a bad launch plan for a shape the first batch did not have. A
-      difference past the tolerance stops the run with ``ParityError``, naming the step, before that step
-      changes any weight.
+      difference past the tolerance stops the run with ``ParityError``, naming the step and the path,
+      before that step changes any weight.
     - Under data parallelism each process compares its own rows, and every verdict (step 0's too) is the
       worst over all processes, so every process stops together and the end check covers every row. The
-      numbers reported (``output_err``, ``grad_err``, ``worst_over_tol``) are the largest over all
-      processes too: the summary and TensorBoard give those of the global batch.
+      numbers reported (``output_err``, ``grad_err``, ``worst_over_tol`` of each path) are the largest over
+      all processes too: the summary and TensorBoard give those of the global batch.
     - Every verdict rides in the run's checkpoints (``state_dict``, which Lightning saves in each one:
       the periodic ones, ``last.ckpt``, ``final.ckpt`` and the one a signal writes) and comes back when a
       run resumes from one (``load_state_dict``), so a resumed run reports the whole history: step 0's
       errors and pass or fail, every check along the run and its worst ratio to the tolerance, a skip.
-    - A run resumed from a checkpoint that carries no such state (one written before this callback had
-      any) cannot know what the steps before it showed: ``unknown_before`` holds the step it resumed at,
-      and the run fails its end check with a line that says so (``run.failed_checks``). A verdict that
-      was never seen is never reported as passed.
+    - A run resumed from a checkpoint that carries no verdicts of a path (none at all: written before
+      this callback had any; none of a path added since, such as native) cannot know what the steps
+      before it showed for that path: its ``unknown_before`` holds the step it resumed at, and the run
+      fails its end check with a line that says so (``run.failed_checks``). A verdict that was never seen
+      is never reported as passed.
 
-    Logged at each checked step: ``parity/output_err`` and ``parity/grad_err`` (the largest absolute
-    differences), ``parity/worst_over_tol`` (the largest ``|a - b| / (atol + rtol * |b|)`` over every
-    element compared: the tolerance rule passes at 1 or less) and the parity call counts; at step 0 also
-    ``parity/initial_output_err`` and ``parity/initial_grad_err``.
+    Logged at each checked step, for each path under its ``parity_name`` (the kernel's ``parity/output_err``,
+    native's ``parity/native_output_err``): ``output_err`` and ``grad_err`` (the largest absolute
+    differences from the reference), ``worst_over_tol`` (the largest ``|a - b| / (atol + rtol * |b|)`` over
+    every element compared: the tolerance rule passes at 1 or less), at step 0 also ``initial_output_err``
+    and ``initial_grad_err``; and the parity call counts.
     """
 
     def __init__(self, every_n_steps: int) -> None:
         self.every_n_steps = every_n_steps
-        # the initial check (step 0): the end-of-run verdict and the numbers the summary reports
-        self.output_err: float | None = None
-        self.grad_err: float | None = None
+        self.paths = {path: PathVerdict() for path in COMPARED}
         self.dtype: torch.dtype | None = None  # of the compared outputs: it picks the tolerance
-        self.ok = True
         self.skipped: str | None = None
         self.checked_steps: list[int] = []  # the steps whose comparison ran, over the run's whole history
-        self.failed_steps: list[int] = []  # those of them past the tolerance
-        self.worst_over_tol = 0.0  # the largest over those checks (all processes')
-        self.unknown_before: int | None = None  # resumed at this step from a checkpoint without verdicts
-        self._loaded = False
+        self._loaded: set[str] = set()  # the paths whose verdicts a checkpoint gave back
         self._started: set[int] = set()
 
     def state_dict(self) -> dict:
         """Every verdict so far, in plain types (a checkpoint is read back with ``weights_only=True``)."""
-        return {
-            "output_err": self.output_err,
-            "grad_err": self.grad_err,
+        state = {
             "dtype": None if self.dtype is None else str(self.dtype).removeprefix("torch."),
-            "ok": self.ok,
             "skipped": self.skipped,
             "checked_steps": list(self.checked_steps),
-            "failed_steps": list(self.failed_steps),
-            "worst_over_tol": self.worst_over_tol,
-            "unknown_before": self.unknown_before,
         }
+        for path, verdict in self.paths.items():
+            state.update({parity_name(path, name): value for name, value in asdict(verdict).items()})
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         dtype = state["dtype"]
-        self.output_err, self.grad_err = state["output_err"], state["grad_err"]
         self.dtype = None if dtype is None else getattr(torch, dtype)
-        self.ok, self.skipped = bool(state["ok"]), state["skipped"]
-        self.checked_steps, self.failed_steps = list(state["checked_steps"]), list(state["failed_steps"])
-        self.worst_over_tol = float(state["worst_over_tol"])
-        self.unknown_before = state["unknown_before"]
-        self._loaded = True
+        self.skipped = state["skipped"]
+        self.checked_steps = list(state["checked_steps"])
+        for path, verdict in self.paths.items():
+            if parity_name(path, "ok") not in state:
+                continue  # a checkpoint written before this path was compared: on_train_start says so
+            verdict.output_err = state[parity_name(path, "output_err")]
+            verdict.grad_err = state[parity_name(path, "grad_err")]
+            verdict.ok = bool(state[parity_name(path, "ok")])
+            verdict.failed_steps = list(state[parity_name(path, "failed_steps")])
+            verdict.worst_over_tol = float(state[parity_name(path, "worst_over_tol")])
+            verdict.unknown_before = state[parity_name(path, "unknown_before")]
+            self._loaded.add(path)
 
     def on_train_start(self, trainer, pl_module) -> None:
-        # Lightning has restored the checkpoint by now: a run past step 0 that got no state from it
-        # resumed from a checkpoint written without these verdicts.
-        if trainer.global_step > 0 and not self._loaded:
-            self.unknown_before = trainer.global_step
+        # Lightning has restored the checkpoint by now: a run past step 0 that got no verdicts of a path
+        # from it resumed from a checkpoint written without them.
+        if trainer.global_step > 0:
+            for path, verdict in self.paths.items():
+                if path not in self._loaded:
+                    verdict.unknown_before = trainer.global_step
 
     def _due(self, step: int) -> bool:
         if self.skipped is not None or step in self._started:
@@ -127,54 +165,59 @@ class Parity(L.Callback):
         x, y = batch
         before = call_counts()
         try:
-            outs, grads = self._both_paths(pl_module, x, y)
+            outs, grads = self._every_path(pl_module, x, y)
         except ContractError as e:
             self.skipped = f"the Triton contract refuses this shape ({e})"
             return
         after = call_counts()
         pl_module.calls["parity/forward"] += after["forward"] - before["forward"]
         pl_module.calls["parity/backward"] += after["backward"] - before["backward"]
-        comparisons = [compare(outs["triton"], outs["reference"])]
-        comparisons += [compare(a, b) for a, b in zip(grads["triton"], grads["reference"])]
-        local = [
-            max(c.worst_over_tol for c in comparisons),  # <= 1 exactly when every compare() passed
-            comparisons[0].max_abs,  # outputs
-            max(c.max_abs for c in comparisons[1:]),  # gradients
-        ]
+        local = []  # per compared path: the worst ratio to the tolerance, the output and the gradient differences
+        for path in COMPARED:
+            comparisons = [compare(outs[path], outs[ORACLE])]
+            comparisons += [compare(a, b) for a, b in zip(grads[path], grads[ORACLE])]
+            local += [
+                max(c.worst_over_tol for c in comparisons),  # <= 1 exactly when every compare() passed
+                comparisons[0].max_abs,  # outputs
+                max(c.max_abs for c in comparisons[1:]),  # gradients
+            ]
         # The largest over every process: the same verdict on each (none is left waiting in the next
         # collective), and the numbers of the global batch. In float64: a float32 copy would round a ratio
         # just above 1 down to 1.
         reduced = trainer.strategy.reduce(torch.tensor(local, dtype=torch.float64, device=x.device), reduce_op="max")
-        worst, output_err, grad_err = (float(v) for v in reduced)
+        measured = {path: [float(v) for v in row] for path, row in zip(COMPARED, reduced.view(len(COMPARED), 3))}
         self.checked_steps.append(step)
-        if worst > 1.0:
-            self.failed_steps.append(step)
-        if trainer.logger is not None:
-            metrics = {
-                "parity/output_err": output_err,
-                "parity/grad_err": grad_err,
-                "parity/worst_over_tol": worst,
-                "calls/parity_forward": float(pl_module.calls["parity/forward"]),
-                "calls/parity_backward": float(pl_module.calls["parity/backward"]),
-            }
-            if step == 0:
-                metrics.update({"parity/initial_output_err": output_err, "parity/initial_grad_err": grad_err})
-            trainer.logger.log_metrics(metrics, step=step)
-        self.worst_over_tol = max(self.worst_over_tol, worst)
-        dtype = outs["reference"].dtype
+        dtype = outs[ORACLE].dtype
         if step == 0:
-            self.output_err, self.grad_err, self.dtype = output_err, grad_err, dtype
-            self.ok = worst <= 1.0
-        elif worst > 1.0:
+            self.dtype = dtype
+        metrics = {}
+        for path, (worst, output_err, grad_err) in measured.items():
+            verdict = self.paths[path]
+            if worst > 1.0:
+                verdict.failed_steps.append(step)
+            verdict.worst_over_tol = max(verdict.worst_over_tol, worst)
+            numbers = {"output_err": output_err, "grad_err": grad_err, "worst_over_tol": worst}
+            if step == 0:  # the initial check: its numbers and verdict are the end check's
+                verdict.output_err, verdict.grad_err, verdict.ok = output_err, grad_err, worst <= 1.0
+                numbers.update({"initial_output_err": output_err, "initial_grad_err": grad_err})
+            metrics.update({parity_tag(path, name): v for name, v in numbers.items()})
+        if trainer.logger is not None:
+            metrics["calls/parity_forward"] = float(pl_module.calls["parity/forward"])
+            metrics["calls/parity_backward"] = float(pl_module.calls["parity/backward"])
+            trainer.logger.log_metrics(metrics, step=step)
+        past = [(path, numbers) for path, numbers in measured.items() if numbers[0] > 1.0]
+        if step > 0 and past:
             tol = TOLERANCES[dtype]
-            raise ParityError(
-                f"parity at step {step}: the triton and reference paths differ by {output_err:.3g} in outputs and "
-                f"{grad_err:.3g} in gradients, {worst:.3g} times the {str(dtype).removeprefix('torch.')} tolerance "
-                f"(atol {tol.atol:g}, rtol {tol.rtol:g}), before that step changed any weight"
+            differences = "; ".join(
+                f"the {path} and {ORACLE} paths differ by {output_err:.3g} in outputs and {grad_err:.3g} in "
+                f"gradients, {worst:.3g} times the {str(dtype).removeprefix('torch.')} tolerance "
+                f"(atol {tol.atol:g}, rtol {tol.rtol:g})"
+                for path, (worst, output_err, grad_err) in past
             )
+            raise ParityError(f"parity at step {step}: {differences}, before that step changed any weight")
 
     @staticmethod
-    def _both_paths(pl_module, x: torch.Tensor, y: torch.Tensor) -> tuple[dict, dict]:
+    def _every_path(pl_module, x: torch.Tensor, y: torch.Tensor) -> tuple[dict, dict]:
         """Outputs and parameter gradients of the network on each path, from the module's weights."""
         outs, grads = {}, {}
         state = pl_module.net.state_dict()

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..ops.impls import IMPLS
+
 if TYPE_CHECKING:
     from lightning.pytorch.loggers import TensorBoardLogger
     from torch.utils.tensorboard import FileWriter
@@ -39,18 +41,24 @@ def run_event_writer(logger: TensorBoardLogger) -> Iterator[FileWriter]:
             writer.flush()
 
 
-#: TensorBoard's CUSTOM SCALARS page: the comparison of the two paths on one page. Each chart draws the
+#: The optional path prefix of a parity tag (``callbacks.parity_name``): ``parity/native_output_err``.
+_PATH = f"(?:(?:{'|'.join(IMPLS)})_)?"
+#: TensorBoard's CUSTOM SCALARS page: the comparison of the paths on one page. Each chart draws the
 #: tags its regular expressions match, for every run shown, so ``tensorboard --logdir runs`` puts the
-#: reference and Triton runs side by side in each chart.
+#: reference, native and Triton runs side by side in each chart; the parity charts draw each compared
+#: path's numbers (``parity/output_err`` of Triton, ``parity/native_output_err``...).
 LAYOUT = {
-    "rmsnorm_kernel: reference against triton": {
+    "rmsnorm_kernel: the RMSNorm paths side by side": {
         "train/mse": ["Multiline", [r"^train/mse$"]],
         "val/mse": ["Multiline", [r"^val/mse$"]],
-        "parity: largest |difference| of outputs and gradients": [
+        "parity: largest |difference| of outputs and gradients from the reference": [
             "Multiline",
-            [r"^parity/output_err$", r"^parity/grad_err$"],
+            [rf"^parity/{_PATH}output_err$", rf"^parity/{_PATH}grad_err$"],
         ],
-        "parity: worst difference / tolerance (passes at 1 or less)": ["Multiline", [r"^parity/worst_over_tol$"]],
+        "parity: worst difference / tolerance (passes at 1 or less)": [
+            "Multiline",
+            [rf"^parity/{_PATH}worst_over_tol$"],
+        ],
         "time/step_ms and time/rmsnorm_ms (medians of each logging window)": [
             "Multiline",
             [r"^time/step_ms$", r"^time/rmsnorm_ms$"],

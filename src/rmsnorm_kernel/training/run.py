@@ -2,11 +2,12 @@
 
 ``run(cfg)`` trains the network with the RMSNorm path that ``cfg.norm.impl`` names and then checks:
 
-- initial parity: on the first batch, from the same weights, both paths give the same outputs and
-  gradients within the tolerance of ``ops/tolerances.py`` (``callbacks.Parity``, which repeats the
+- initial parity: on the first batch, from the same weights, the Triton path and the native path
+  (``F.rms_norm``) each give the reference's outputs and gradients within the tolerance of
+  ``ops/tolerances.py``, whichever path the run trains on (``callbacks.Parity``, which repeats the
   comparison every ``parity.every_n_steps`` steps and stops the run when it fails there);
 - integration: the Triton path's wrappers ran once forward and once backward per training step (and
-  the reference path never called them); a Triton run in which no training step ran on Triton fails,
+  the other paths never called them); a Triton run in which no training step ran on Triton fails,
   naming the fallback count and the first reason, even when every step fell back as allowed;
 - reload parity: the final checkpoint, loaded into a fresh module, gives bit-identical test outputs and
   the same RMSNorm path.
@@ -42,12 +43,14 @@ from ..ops.backend import backend
 from ..ops.contract import ContractError
 from ..ops.tolerances import TOLERANCES
 from .callbacks import (
+    KERNEL,
     Interrupted,
     Parity,
     SaveOnSignal,
     StepCheckpoints,
     StepTimer,
     ValidateAtLastStep,
+    parity_tag,
     sigint_as_sigterm,
 )
 from .checkpoints import AtomicCheckpointIO, RunLock, last_good_checkpoint, remove_stale_temporaries
@@ -190,33 +193,40 @@ def failed_checks(
     They cover the run's whole history: a resumed run gets the parity verdicts (``Parity.state_dict``) and
     the call counts (``RMSNormRegressor.on_save_checkpoint``) of every earlier step from its checkpoint. A
     checkpoint that lacks them leaves the earlier steps' verdicts unknown, and an unknown verdict fails:
-    the run cannot claim what it did not see (``parity.unknown_before``, ``calls_unknown_before``).
+    the run cannot claim what it did not see (each path's ``unknown_before`` in ``parity.paths``,
+    ``calls_unknown_before``).
     """
     failures = []
-    if parity.unknown_before is not None:
+    unknown: dict[int, list[str]] = {}  # a step a resume started at: the paths whose earlier verdicts are unknown
+    for path, verdict in parity.paths.items():
+        if verdict.unknown_before is not None:
+            unknown.setdefault(verdict.unknown_before, []).append(path)
+    for step, paths in unknown.items():
         failures.append(
-            f"initial parity: unknown: this run resumed at step {parity.unknown_before} from a checkpoint that "
-            "carries no parity verdicts, so the checks of the steps before it were not seen"
+            f"initial parity: unknown: this run resumed at step {step} from a checkpoint that carries no parity "
+            f"verdicts of {' and '.join(paths)}, so the checks of the steps before it were not seen"
         )
-    along = [s for s in parity.failed_steps if s > 0]
-    if along:  # a check past the tolerance stops the run: only a checkpoint written at that step holds one
-        failures.append(f"parity along the run: past the tolerance at step {along[0]}")
-    if not parity.ok:
-        tol = TOLERANCES[parity.dtype]
-        dtype = str(parity.dtype).removeprefix("torch.")
-        failures.append(
-            f"initial parity: outputs differ by {parity.output_err:.3g}, gradients by {parity.grad_err:.3g}, "
-            f"beyond the {dtype} tolerance (atol {tol.atol:g}, rtol {tol.rtol:g})"
-        )
+    for path, verdict in parity.paths.items():
+        along = [s for s in verdict.failed_steps if s > 0]
+        if along:  # a check past the tolerance stops the run: only a checkpoint written at that step holds one
+            failures.append(f"parity along the run: {path} past the tolerance at step {along[0]}")
+    for path, verdict in parity.paths.items():
+        if not verdict.ok:
+            tol = TOLERANCES[parity.dtype]
+            dtype = str(parity.dtype).removeprefix("torch.")
+            failures.append(
+                f"initial parity: {path} outputs differ from the reference by {verdict.output_err:.3g}, gradients "
+                f"by {verdict.grad_err:.3g}, beyond the {dtype} tolerance (atol {tol.atol:g}, rtol {tol.rtol:g})"
+            )
     # Every training step runs the Triton path once, unless the contract sent it to the reference
-    # (norm.fallback=reference, counted); the reference path never runs it.
+    # (norm.fallback=reference, counted); the other paths never run it.
     # (a Triton path that never ran for another reason fails the count below)
-    if cfg.norm.impl == "triton" and result.calls["train/fallback"] > 0 and result.calls["train/forward"] == 0:
+    if cfg.norm.impl == KERNEL and result.calls["train/fallback"] > 0 and result.calls["train/forward"] == 0:
         failures.append(
             f"integration: no training step ran on Triton: {result.calls['train/fallback']} of {result.steps} "
             f"steps fell back to the reference (first reason: {result.fallback_reason or 'not recorded'})"
         )
-    expected = result.steps - result.calls["train/fallback"] if cfg.norm.impl == "triton" else 0
+    expected = result.steps - result.calls["train/fallback"] if cfg.norm.impl == KERNEL else 0
     if calls_unknown_before is not None:
         failures.append(
             f"integration: unknown: this run resumed at step {calls_unknown_before} from a checkpoint that "
@@ -370,6 +380,9 @@ def run(cfg: DictConfig) -> RunResult:
         )
         return result
     if cfg.compile:
+        # Each run compiles afresh: the jobs of a multirun share one process, and the networks of every
+        # path share one forward, whose compilations would otherwise add up to Dynamo's recompile limit.
+        torch.compiler.reset()
         module.net.compile(fullgraph=True)  # in place: the state dict keeps its keys
 
     # A resumed run continues the run it came from: same TensorBoard folder, same checkpoint folder;
@@ -511,14 +524,17 @@ def train_and_check_body(
         "train/mse": fit_metrics.get("train/mse", float("nan")),
         "val/mse": fit_metrics.get("val/mse", float("nan")),
         "test/mse": float(module.test_mse),
-        "parity/initial_output_err": parity.output_err,
-        "parity/initial_grad_err": parity.grad_err,
         "parity/checks": float(len(parity.checked_steps)),
-        "parity/worst_over_tol": parity.worst_over_tol if parity.checked_steps else float("nan"),
         "reload/max_abs_diff": diff,
         "time/step_ms": result.step_ms,
         "time/rmsnorm_ms": result.rmsnorm_ms,
     }
+    for path, verdict in parity.paths.items():
+        result.metrics[parity_tag(path, "initial_output_err")] = verdict.output_err
+        result.metrics[parity_tag(path, "initial_grad_err")] = verdict.grad_err
+        result.metrics[parity_tag(path, "worst_over_tol")] = (
+            verdict.worst_over_tol if parity.checked_steps else float("nan")
+        )
     result.failures = failed_checks(cfg, result, parity, diff, reloaded_impl, module.calls_unknown_before)
     params = {**flat_hparams(cfg), "backend": backend()}
     if result.branched_from:

@@ -12,12 +12,17 @@ from dataclasses import asdict
 
 from hydra.experimental.callback import Callback as HydraCallback
 
+from .callbacks import COMPARED, KERNEL, ORACLE, parity_tag
 from .events import read_scalars
 from .paths import project_path
 from .run import RunResult
 
+#: Each compared path's parity numbers in the multirun table: (name, how the run's values are read back).
+PARITY_ROWS = (("initial_output_err", "last"), ("initial_grad_err", "last"), ("worst_over_tol", "largest"))
+
 #: The rows of the multirun table, in order; each run is a column.
 TABLE_KEYS = (
+    "path",
     "backend",
     "steps",
     "train/mse",
@@ -25,9 +30,7 @@ TABLE_KEYS = (
     "test/mse",
     "calls/forward",
     "calls/backward",
-    "parity/initial_output_err",
-    "parity/initial_grad_err",
-    "parity/worst_over_tol",
+    *(parity_tag(path, name) for path in COMPARED for name, _ in PARITY_ROWS),
     "calls/parity_forward",
     "reload/max_abs_diff",
     "time/step_ms",
@@ -49,17 +52,6 @@ def format_summary(r: RunResult) -> str:
     """
     m = r.metrics
     norm_ms = m.get("time/rmsnorm_ms", math.nan)  # measured on a GPU only
-    initial_failed = any(f.startswith("initial parity:") for f in r.failures)
-    if r.parity_skipped:
-        initial = f"  initial parity: skipped: {r.parity_skipped}"
-    elif m.get("parity/initial_output_err") is not None:
-        initial = (
-            f"  initial parity (step 0): output {m['parity/initial_output_err']:.3g}, "
-            f"grad {m['parity/initial_grad_err']:.3g}: "
-            + ("FAILED (beyond the tolerance)" if initial_failed else "within the tolerance")
-        )
-    else:
-        initial = "  initial parity: unknown: the checkpoint this run resumed from carries no parity verdicts"
     lines = [
         f"run {r.name}: {'OK' if r.ok else 'FAILED'}",
         f"  path {r.impl}, backend {r.backend}, {r.steps} steps, {r.seconds:.1f} s, "
@@ -71,14 +63,7 @@ def format_summary(r: RunResult) -> str:
         f"{r.calls.get('train/forward')}, backward {r.calls.get('train/backward')}; "
         f"val forward {r.calls.get('val/forward')}, test forward {r.calls.get('test/forward')}; "
         f"training fallbacks to the reference {r.calls.get('train/fallback')}",
-        initial,
-        (
-            "  parity along the run: skipped (the Triton contract refuses this shape)"
-            if r.parity_skipped
-            else f"  parity along the run: {int(m.get('parity/checks', 0))} checks over the run's history, worst "
-            f"difference {m.get('parity/worst_over_tol', float('nan')):.3g} of the tolerance; their Triton calls: "
-            f"forward {r.calls.get('parity/forward')}, backward {r.calls.get('parity/backward')}"
-        ),
+        *parity_lines(r),
         f"  reload parity: max |diff| {m.get('reload/max_abs_diff')} "
         f"({'bit-identical' if m.get('reload/max_abs_diff') == 0 else 'DIFFERENT'})",
         *([f"  branched from {r.branched_from}"] if r.branched_from else []),
@@ -89,8 +74,41 @@ def format_summary(r: RunResult) -> str:
     return "\n".join(lines)
 
 
+def parity_lines(r: RunResult) -> list[str]:
+    """The summary's parity lines: each compared path's initial check, then the checks along the run."""
+    m = r.metrics
+    if r.parity_skipped:
+        return [
+            f"  initial parity: skipped: {r.parity_skipped}",
+            "  parity along the run: skipped (the Triton contract refuses this shape)",
+        ]
+    known = [path for path in COMPARED if m.get(parity_tag(path, "initial_output_err")) is not None]
+    lines = []
+    if not known:
+        lines.append("  initial parity: unknown: the checkpoint this run resumed from carries no parity verdicts")
+    for path in COMPARED:
+        head = f"  initial parity (step 0), {path} against the {ORACLE}:"
+        if path not in known:
+            if known:
+                lines.append(f"{head} unknown: the checkpoint this run resumed from carries no verdicts of {path}")
+            continue
+        failed = any(f.startswith(f"initial parity: {path} ") for f in r.failures)
+        output_err, grad_err = m[parity_tag(path, "initial_output_err")], m[parity_tag(path, "initial_grad_err")]
+        lines.append(
+            f"{head} output {output_err:.3g}, grad {grad_err:.3g}: "
+            + ("FAILED (beyond the tolerance)" if failed else "within the tolerance")
+        )
+    worst = ", ".join(f"{m.get(parity_tag(path, 'worst_over_tol'), math.nan):.3g} ({path})" for path in COMPARED)
+    lines.append(
+        f"  parity along the run: {int(m.get('parity/checks', 0))} checks over the run's history, worst "
+        f"difference {worst} of the tolerance; their Triton calls: forward {r.calls.get('parity/forward')}, "
+        f"backward {r.calls.get('parity/backward')}"
+    )
+    return lines
+
+
 def summary_table(rows: list[dict]) -> str:
-    """Runs side by side, one column per run, with the test-MSE difference when there are two."""
+    """Runs side by side, one column per run, then the kernel's runs against the other paths' (``comparisons``)."""
 
     def fmt(v):
         return f"{v:.6g}" if isinstance(v, float) else str(v)
@@ -98,12 +116,41 @@ def summary_table(rows: list[dict]) -> str:
     header = "| | " + " | ".join(r["run"] for r in rows) + " |"
     lines = [header, "|---" * (len(rows) + 1) + "|"]
     lines += ["| " + k + " | " + " | ".join(fmt(r[k]) for r in rows) + " |" for k in TABLE_KEYS]
-    if len(rows) == 2:
-        lines.append(
-            f"\ntest/mse difference ({rows[0]['run']} - {rows[1]['run']}): "
-            f"{rows[0]['test/mse'] - rows[1]['test/mse']:.3g}"
-        )
+    against = comparisons(rows)
+    if against:
+        lines += ["", *against]
     return "\n".join(lines)
+
+
+def comparisons(rows: list[dict]) -> list[str]:
+    """Each run of the kernel against the run of every other path with the same configuration (the same
+    run name but for its path): the median step times, and the test MSE difference, one line each, for a
+    reader who wants to know whether the kernel beats the path they would otherwise use. Nothing for a
+    configuration without a kernel run, or with two runs of one path."""
+    groups: dict[str, dict[str, list[dict]]] = {}
+    for row in rows:
+        groups.setdefault(row["name"].removeprefix(f"{row['path']}_"), {}).setdefault(row["path"], []).append(row)
+    lines = []
+    for by_path in groups.values():
+        if KERNEL not in by_path or any(len(runs) > 1 for runs in by_path.values()):
+            continue
+        (kernel,) = by_path[KERNEL]
+        for path, (other,) in by_path.items():
+            if path == KERNEL:
+                continue
+            a, b = kernel["time/step_ms"], other["time/step_ms"]
+            if math.isnan(a) or math.isnan(b):
+                speed = "not measured"
+            else:
+                speed = f"{a:.3g} ms against {b:.3g} ms, {a / b:.2g}x the time ({'faster' if a < b else 'not faster'})"
+            line = (
+                f"{kernel['run']} against {other['run']}: median step {speed}; "
+                f"test/mse difference {kernel['test/mse'] - other['test/mse']:.3g}"
+            )
+            if "interpreter" in (kernel["backend"], other["backend"]):
+                line += " (through Triton's interpreter on the CPU: these times say nothing of a GPU)"
+            lines.append(line)
+    return lines
 
 
 def last(scalars: dict, tag: str) -> float:
@@ -121,8 +168,14 @@ def median(scalars: dict, tag: str) -> float:
 def table_row(r: RunResult) -> dict:
     """One run's column of the table, its values read back from its TensorBoard event files."""
     s = read_scalars(r.log_dir)
+    read = {"last": last, "largest": largest}  # the worst ratio to the tolerance over the run: <= 1 passes
+    parity = {
+        parity_tag(path, name): read[how](s, parity_tag(path, name)) for path in COMPARED for name, how in PARITY_ROWS
+    }
     return {
         "run": r.name,
+        "name": r.name,
+        "path": r.impl,
         "backend": r.backend,
         "steps": r.steps,
         "train/mse": last(s, "train/mse"),
@@ -130,9 +183,7 @@ def table_row(r: RunResult) -> dict:
         "test/mse": last(s, "test/mse"),
         "calls/forward": last(s, "calls/forward"),
         "calls/backward": last(s, "calls/backward"),
-        "parity/initial_output_err": last(s, "parity/initial_output_err"),
-        "parity/initial_grad_err": last(s, "parity/initial_grad_err"),
-        "parity/worst_over_tol": largest(s, "parity/worst_over_tol"),  # over the run: <= 1 passes
+        **parity,
         "calls/parity_forward": last(s, "calls/parity_forward"),
         "reload/max_abs_diff": last(s, "reload/max_abs_diff"),
         "time/step_ms": median(s, "time/step_ms"),  # the median of the windows' medians
