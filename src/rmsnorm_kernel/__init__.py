@@ -16,10 +16,10 @@ _API = {
     "ContractError": "ops.contract",
     "RMSNorm": "ops.module",
     "backend": "ops.backend",
-    "call_counts": "ops.op",
+    "call_counts": "ops.counters",
     "manual_backward": "ops.reference",
     "oracle": "ops.reference",
-    "reset_call_counts": "ops.op",
+    "reset_call_counts": "ops.counters",
     "rmsnorm": "ops.op",
     "rmsnorm_reference": "ops.reference",
 }

@@ -49,3 +49,19 @@ def test_compiled_network_is_the_demo_network_on_the_triton_path_with_a_gamma_no
     assert (net.inp.in_features, net.inp.out_features, net.out.out_features) == (16, 257, 4)
     assert isinstance(net.norm, RMSNorm) and net.norm.impl == "triton"
     assert not torch.equal(net.norm.weight, torch.ones(257))
+
+
+def test_a_launch_of_the_packages_kernels_counts_and_an_inductor_kernel_does_not():
+    code = "\n".join(
+        [
+            "triton_per_fused_mean_pow_rsqrt_0.run(buf1, arg0_1, stream=stream0)",
+            "_rmsnorm_fwd_kernel_0.run(arg0_1, arg1_1, buf2, 257, stream=stream0)",
+            "_rmsnorm_bwd_kernel_1.run(buf3, arg0_1, stream=stream0)",
+        ]
+    )
+    calls, _ = compile_report.op_call_excerpts(code, context=0)
+    assert calls == [
+        "_rmsnorm_fwd_kernel_0.run(arg0_1, arg1_1, buf2, 257, stream=stream0)",
+        "_rmsnorm_bwd_kernel_1.run(buf3, arg0_1, stream=stream0)",
+    ]
+    assert compile_report.LAUNCHES["forward"].search(calls[0]) and compile_report.LAUNCHES["backward"].search(calls[1])

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from rmsnorm_kernel import ContractError, call_counts, rmsnorm
+from rmsnorm_kernel.ops import counters
 from rmsnorm_kernel.ops.contract import MAX_N, check_forward
 from rmsnorm_kernel.testing import CONTRACT_VIOLATIONS, kernel_launches_forbidden
 
@@ -49,10 +50,9 @@ def test_x_without_rows_is_accepted_whatever_its_strides(name, device):
 
 def test_direct_op_call_is_checked_too(device, no_kernel_may_run):
     with pytest.raises(ContractError, match="x has dtype torch.float64"):
+        x = torch.randn(2, 4, dtype=torch.float64, device=device)
         torch.ops.rmsnorm_kernel.rmsnorm(
-            torch.randn(2, 4, dtype=torch.float64, device=device),
-            torch.ones(4, dtype=torch.float64, device=device),
-            1e-6,
+            x, torch.ones(4, dtype=torch.float64, device=device), 1e-6, counters.calls(x.device)
         )
 
 

@@ -6,7 +6,7 @@ import torch
 import triton
 
 from rmsnorm_kernel import oracle, rmsnorm, rmsnorm_reference
-from rmsnorm_kernel.ops import kernels, launch
+from rmsnorm_kernel.ops import counters, kernels, launch
 from rmsnorm_kernel.ops.reference import manual_backward
 from rmsnorm_kernel.ops.tolerances import compare
 from rmsnorm_kernel.testing import make_inputs
@@ -192,9 +192,9 @@ def test_kernels_are_told_the_vector_width_every_row_of_x_and_dy_allows(device, 
     spies = {name: _LaunchSpy(getattr(kernels, name)) for name in ("_rmsnorm_fwd_kernel", "_rmsnorm_bwd_kernel")}
     for name, spy in spies.items():
         monkeypatch.setattr(kernels, name, spy)
-    calls = torch.zeros(1, dtype=torch.int32, device=device)
-    y = kernels.rmsnorm_forward(x, gamma, 1e-6, calls)
-    dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, calls)
+    calls = torch.zeros(2, dtype=torch.int64, device=device)
+    y = kernels.rmsnorm_forward(x, gamma, 1e-6, counters.addresses(calls))
+    dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, counters.addresses(calls))
     assert spies["_rmsnorm_fwd_kernel"].constants[0]["VEC"] == 4  # x's rows are 1004 elements apart
     assert spies["_rmsnorm_bwd_kernel"].constants[0]["VEC"] == 2
     for got, want in zip((y, dx, dgamma), oracle(x, gamma, dy)):
@@ -233,7 +233,8 @@ def test_a_plan_made_for_another_layout_still_launches_at_the_given_tensors_vect
     p = launch.plan_for(x, gamma)  # contiguous rows: 8 elements a load
     wide = torch.zeros(6, 1001, dtype=x.dtype, device=x.device)
     wide[:, :1000] = x
-    y = kernels.rmsnorm_forward(wide[:, :1000], gamma, 1e-6, torch.zeros(1, dtype=torch.int32, device=device), p)
+    calls = torch.zeros(2, dtype=torch.int64, device=device)
+    y = kernels.rmsnorm_forward(wide[:, :1000], gamma, 1e-6, counters.addresses(calls), p)
     assert p.vec == 8 and spy.constants[0]["VEC"] == 1
     assert compare(y, oracle(x, gamma, dy)[0]).ok
 
@@ -260,13 +261,13 @@ def test_launchers_return_empty_y_and_dx_and_zero_dgamma_for_x_without_rows_with
     x = torch.randn(3, 0, n, device=device, dtype=torch.bfloat16)
     dy = torch.randn(3, 0, n, device=device, dtype=torch.bfloat16)
     gamma = torch.full((n,), 2.0, device=device)  # float32: the mixed-precision pair
-    calls = torch.zeros(1, dtype=torch.int32, device=device)
+    calls = torch.zeros(2, dtype=torch.int64, device=device)
     with kernel_launches_forbidden():
-        y = kernels.rmsnorm_forward(x, gamma, 1e-6, calls)
-        dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, calls)
+        y = kernels.rmsnorm_forward(x, gamma, 1e-6, counters.addresses(calls))
+        dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, counters.addresses(calls))
     assert (y.shape, y.dtype, dx.shape, dx.dtype) == (x.shape, x.dtype, x.shape, x.dtype)
     assert dgamma.dtype == torch.float32 and torch.equal(dgamma, torch.zeros(n, device=device))
-    assert int(calls.item()) == 0
+    assert calls.tolist() == [0, 0]
 
 
 @pytest.mark.gpu
@@ -289,3 +290,10 @@ def test_tensor_over_2_31_elements(device):
         for start in range(0, m, 4096):
             dgamma_ref += manual_backward(x[start : start + 4096], gamma, dy[start : start + 4096])[1]
         assert compare(gl.grad, dgamma_ref, dtype=torch.bfloat16).ok
+
+
+def test_the_named_kernels_of_each_direction_are_the_kernels_module_defines():
+    names = kernels.FORWARD_KERNELS + kernels.BACKWARD_KERNELS
+    assert all(hasattr(getattr(kernels, name), "run") for name in names)
+    defined = {name for name in vars(kernels) if name.startswith("_") and name.endswith("_kernel")}
+    assert set(names) == defined

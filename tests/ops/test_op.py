@@ -6,7 +6,7 @@ import torch
 
 import rmsnorm_kernel
 from rmsnorm_kernel import RMSNorm, call_counts, reset_call_counts, rmsnorm, rmsnorm_reference
-from rmsnorm_kernel.ops import kernels
+from rmsnorm_kernel.ops import counters, kernels
 from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.ops.reference import DEFAULT_EPS
 from rmsnorm_kernel.ops.tolerances import compare
@@ -28,17 +28,22 @@ from tests.ops.helpers import (
 )
 def test_opcheck_passes_all_default_tests(shape, dtype, gamma_dtype, device):
     x, gamma, _ = make_inputs(shape, dtype, device, gamma_dtype=gamma_dtype)
-    torch.library.opcheck(torch.ops.rmsnorm_kernel.rmsnorm.default, (x.requires_grad_(), gamma.requires_grad_(), 1e-6))
+    torch.library.opcheck(
+        torch.ops.rmsnorm_kernel.rmsnorm.default,
+        (x.requires_grad_(), gamma.requires_grad_(), 1e-6, counters.calls(x.device)),
+    )
 
 
 def test_backward_op_passes_opcheck(device):
     x, gamma, dy = make_inputs((17, 257), torch.float32, device)
-    torch.library.opcheck(torch.ops.rmsnorm_kernel.rmsnorm_backward.default, (dy, x, gamma, 1e-6))
+    torch.library.opcheck(
+        torch.ops.rmsnorm_kernel.rmsnorm_backward.default, (dy, x, gamma, 1e-6, counters.calls(x.device))
+    )
 
 
 def test_op_is_registered_under_its_public_name(device):
     x, gamma, _ = make_inputs((3, 8), torch.float32, device)
-    assert torch.equal(torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, 1e-6), rmsnorm(x, gamma))
+    assert torch.equal(torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, 1e-6, counters.calls(x.device)), rmsnorm(x, gamma))
 
 
 def demo_network(hidden_dim=33):
@@ -86,16 +91,16 @@ def test_counters_count_each_forward_and_backward_call(device):
 def test_the_kernels_themselves_increment_the_counter(device):
     """Counting happens on the device, inside the kernels, so a replayed CUDA graph counts too."""
     x, gamma, dy = make_inputs((4, 16), torch.float32, device)
-    forward_calls = torch.zeros(1, dtype=torch.int32, device=device)
-    backward_calls = torch.zeros(1, dtype=torch.int32, device=device)
-    kernels.rmsnorm_forward(x, gamma, 1e-6, forward_calls)
-    kernels.rmsnorm_forward(x, gamma, 1e-6, forward_calls)
-    kernels.rmsnorm_backward(dy, x, gamma, 1e-6, backward_calls)
-    assert (int(forward_calls.item()), int(backward_calls.item())) == (2, 1)
+    counts = torch.zeros(2, dtype=torch.int64, device=device)  # forward, backward
+    calls = counters.addresses(counts)
+    kernels.rmsnorm_forward(x, gamma, 1e-6, calls)
+    kernels.rmsnorm_forward(x, gamma, 1e-6, calls)
+    kernels.rmsnorm_backward(dy, x, gamma, 1e-6, calls)
+    assert counts.tolist() == [2, 1]
     x_long, gamma_long, dy_long = make_inputs((2, 9000), torch.float32, device)  # the looped kernels
-    kernels.rmsnorm_forward(x_long, gamma_long, 1e-6, forward_calls)
-    kernels.rmsnorm_backward(dy_long, x_long, gamma_long, 1e-6, backward_calls)
-    assert (int(forward_calls.item()), int(backward_calls.item())) == (3, 2)
+    kernels.rmsnorm_forward(x_long, gamma_long, 1e-6, calls)
+    kernels.rmsnorm_backward(dy_long, x_long, gamma_long, 1e-6, calls)
+    assert counts.tolist() == [3, 2]
 
 
 @pytest.mark.gpu
@@ -122,6 +127,46 @@ def test_reduce_overhead_training_step_counts_every_cuda_graph_replay(device):
     assert call_counts() == {"forward": steps, "backward": steps}
     for g, e in zip(compiled, eager):
         assert compare(g, e).ok
+
+
+@pytest.mark.gpu
+def test_compiled_code_launches_the_kernels_without_this_packages_python(device, monkeypatch):
+    """On a GPU the op is a triton_op: Inductor's generated code launches the kernels itself. After the
+    first (tracing) call, the launchers' Python never runs, yet every call is counted and correct."""
+    torch.manual_seed(0)
+    net = demo_network(257).to(device)
+    x = torch.randn(64, 8, device=device)
+    torch.compiler.reset()
+    step = torch.compile(lambda inp: net(inp).square().mean(), fullgraph=True)
+    step(x).backward()  # traces, plans and compiles
+    python_calls = []
+    for name in ("rmsnorm_forward", "rmsnorm_backward"):
+        launcher = getattr(kernels, name)
+        monkeypatch.setattr(kernels, name, lambda *a, _f=launcher, **k: python_calls.append(1) or _f(*a, **k))
+    net.zero_grad(set_to_none=True)
+    reset_call_counts()
+    for _ in range(3):
+        loss = step(x)
+        loss.backward()
+    assert call_counts() == {"forward": 3, "backward": 3}
+    assert python_calls == []
+    with torch.no_grad():
+        assert compare(loss, net(x).square().mean()).ok
+
+
+@pytest.mark.gpu
+def test_dynamic_shapes_give_the_eager_result_at_every_row_count(device):
+    """dynamic=True: the row count stays symbolic in the plan (guards, not one graph per shape); every
+    shape gives the eager result and is counted."""
+    torch.manual_seed(0)
+    gamma = torch.rand(257, device=device) + 0.5
+    torch.compiler.reset()
+    fn = torch.compile(lambda x: rmsnorm(x, gamma) * 2, fullgraph=True, dynamic=True)
+    reset_call_counts()
+    for rows in (1000, 1500, 2048, 3001):
+        x = torch.randn(rows, 257, device=device)
+        assert compare(fn(x), rmsnorm(x, gamma) * 2).ok, rows
+    assert call_counts()["forward"] == 8
 
 
 def test_gradient_flows_to_x_only_or_gamma_only(device):
@@ -168,8 +213,10 @@ def test_x_without_rows_launches_no_kernel_and_is_not_counted(device):
         y.backward(dy)
         with torch.no_grad():
             y_no_grad = rmsnorm(x, gamma)
-        y_op = torch.ops.rmsnorm_kernel.rmsnorm(x.detach(), gamma.detach(), 1e-6)
-        dx_op, dgamma_op = torch.ops.rmsnorm_kernel.rmsnorm_backward(dy, x.detach(), gamma.detach(), 1e-6)
+        y_op = torch.ops.rmsnorm_kernel.rmsnorm(x.detach(), gamma.detach(), 1e-6, counters.calls(x.device))
+        dx_op, dgamma_op = torch.ops.rmsnorm_kernel.rmsnorm_backward(
+            dy, x.detach(), gamma.detach(), 1e-6, counters.calls(x.device)
+        )
     assert call_counts() == before
     assert_empty_y_empty_dx_zero_dgamma(y, x, gamma)
     assert y_no_grad.shape == y_op.shape == dx_op.shape == x.shape
@@ -180,10 +227,13 @@ def test_x_without_rows_launches_no_kernel_and_is_not_counted(device):
 def test_opcheck_passes_on_an_x_without_rows(op, device):
     x, gamma = leaves_without_rows((2, 0, 33), torch.bfloat16, torch.float32, device)  # mixed precision
     if op == "rmsnorm":
-        torch.library.opcheck(torch.ops.rmsnorm_kernel.rmsnorm.default, (x, gamma, 1e-6))
+        torch.library.opcheck(torch.ops.rmsnorm_kernel.rmsnorm.default, (x, gamma, 1e-6, counters.calls(x.device)))
     else:
         dy = torch.randn(2, 0, 33, device=device, dtype=torch.bfloat16)
-        torch.library.opcheck(torch.ops.rmsnorm_kernel.rmsnorm_backward.default, (dy, x.detach(), gamma.detach(), 1e-6))
+        torch.library.opcheck(
+            torch.ops.rmsnorm_kernel.rmsnorm_backward.default,
+            (dy, x.detach(), gamma.detach(), 1e-6, counters.calls(x.device)),
+        )
 
 
 @pytest.mark.parametrize("impl", IMPLS)

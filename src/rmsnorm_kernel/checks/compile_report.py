@@ -1,7 +1,9 @@
 """The ``compile-report`` command: the demo network with the Triton RMSNorm under ``torch.compile(fullgraph=True)``.
 
-Checks: no graph break, the custom ops appear in Inductor's generated code as calls (extern, not fused
-into an Inductor kernel), and the compiled forward and gradients match eager execution.
+Checks: no graph break, the Triton path appears in Inductor's generated code (on a GPU as launches of
+this package's kernels, which the generated code makes itself; under the interpreter as calls of the
+custom ops, which stay opaque there: ``ops/op.py``), and the compiled forward and gradients match eager
+execution.
 
 How, through public routes only:
 
@@ -30,8 +32,9 @@ from pathlib import Path
 
 import torch
 
+from ..ops import kernels
 from ..ops.backend import kernel_device_type
-from ..ops.op import call_counts
+from ..ops.counters import call_counts
 from ..ops.reference import DEFAULT_EPS
 from ..ops.tolerances import compare
 from ..training.network import build_network
@@ -43,7 +46,7 @@ class CompileReport:
     graph_break_count: int
     break_reasons: list[str]
     code_files: list[str]
-    op_calls: list[str]  # the generated lines that call the custom ops
+    op_calls: list[str]  # the generated lines that launch the Triton path's kernels or call its ops
     excerpts: list[str]
     max_abs_output: float
     outputs_match: bool
@@ -66,14 +69,25 @@ def demo_network() -> torch.nn.Module:
     return net
 
 
-#: A call of the custom op from Inductor's wrapper code: an extern call, outside any generated kernel.
-OP_CALL = re.compile(r"torch\.ops\.rmsnorm_kernel\.(rmsnorm|rmsnorm_backward)\.default\(")
+def _launch_or_call(op: str, kernel_names: tuple[str, ...]) -> re.Pattern:
+    # a launch from Inductor's wrapper: ``<kernel>_<n>.run(`` (its copy of a user kernel), or the op called
+    kernels_alt = "|".join(kernel_names)
+    return re.compile(rf"torch\.ops\.rmsnorm_kernel\.{op}\.default\(|\b(?:{kernels_alt})(?:_\d+)?\.run\(")
+
+
+#: How the generated code runs each direction of the Triton path: a launch of one of its kernels or a
+#: call of its op, outside any kernel Inductor generated (not fused into one).
+LAUNCHES = {
+    "forward": _launch_or_call("rmsnorm", kernels.FORWARD_KERNELS),
+    "backward": _launch_or_call("rmsnorm_backward", kernels.BACKWARD_KERNELS),
+}
 
 
 def op_call_excerpts(code: str, context: int = 3) -> tuple[list[str], list[str]]:
-    """The lines that call the custom ops, and each with ``context`` lines around it (``>>`` marks the call)."""
+    """The lines that launch the Triton path (``LAUNCHES``), and each with ``context`` lines around it
+    (``>>`` marks the line)."""
     lines = code.splitlines()
-    hits = [i for i, line in enumerate(lines) if OP_CALL.search(line)]
+    hits = [i for i, line in enumerate(lines) if any(p.search(line) for p in LAUNCHES.values())]
     excerpts = []
     for i in hits:
         lo, hi = max(0, i - context), min(len(lines), i + context + 1)
@@ -173,10 +187,11 @@ def compile_report(code_dir: Path, batch: int = 8, device: str | None = None) ->
     problems = []
     if not codes:
         problems.append("Inductor produced no code to inspect")
-    for op in ("rmsnorm", "rmsnorm_backward"):
-        if not any(f"rmsnorm_kernel.{op}.default(" in line for line in op_calls):
+    for direction, pattern in LAUNCHES.items():
+        if not any(pattern.search(line) for line in op_calls):
             problems.append(
-                f"torch.ops.rmsnorm_kernel.{op} is not called in the generated code (inlined, fused or missing)"
+                f"the generated code neither launches a {direction} kernel of the Triton path nor calls its op "
+                "(inlined, fused or missing)"
             )
     if calls_made != {"forward": 1, "backward": 1}:
         problems.append(f"the compiled step called the Triton op {calls_made}, expected one forward and one backward")

@@ -35,7 +35,14 @@ Rows are addressed through their row stride (the last dimension must be contiguo
 ``x[:, :N]`` of a wider tensor is read in place. Row offsets are 64-bit: ``row * stride`` may pass 2**31.
 
 Each call counts itself on the device: program 0 of the forward kernel and of the first backward kernel
-adds 1 to a counter (``op.call_counts``), so a call replayed from a CUDA graph is counted like any other.
+adds 1 to a count whose address it reads from ``CALLS`` (``counters.py``: the first address for the
+forward, the second for the backward), so a call replayed from a CUDA graph is counted like any other.
+
+The launchers run eagerly, and also while ``torch.compile`` traces the registered op with fake tensors
+(``op.py``), with ``launch=torch.library.wrap_triton``: every kernel launch then goes into the graph, and
+the launch plan is made once, at trace time. Their Python is written for both: shapes and strides that
+the plan needs as numbers are read with ``int()`` (under ``dynamic=True`` that specializes N, which the
+kernels are compiled for anyway; the row count stays symbolic).
 
 The launchers assume arguments that passed ``contract.check_forward``. An x with no rows launches no
 kernel (a grid of zero programs is an error in some Triton versions, and there is nothing to compute):
@@ -43,6 +50,8 @@ y and dx come back empty, dgamma as zeros (a sum over no rows), and the call is 
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import triton
@@ -76,7 +85,7 @@ def _rmsnorm_fwd_kernel(
     # in which case STAGES > 1 lets Triton copy the next tile's x into shared memory (cp.async) while
     # this one is computed.
     if tl.program_id(0) == 0:  # count the call on the device, so that CUDA graph replays count too
-        tl.atomic_add(CALLS, 1)
+        tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1)  # see counters.py
     N, stride_x, stride_y = N // VEC * VEC, stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
@@ -123,7 +132,7 @@ def _rmsnorm_bwd_kernel(
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     if pid == 0:  # count the call on the device
-        tl.atomic_add(CALLS, 1)
+        tl.atomic_add(tl.load(CALLS + 1).to(tl.pointer_type(tl.int64)), 1)  # see counters.py
     N = N // VEC * VEC  # vector loads
     stride_dy, stride_x, stride_dx = stride_dy // VEC * VEC, stride_x // VEC * VEC, stride_dx // VEC * VEC
     cols = tl.arange(0, BLOCK_N)
@@ -176,7 +185,7 @@ def _rmsnorm_fwd_chunked_kernel(
 ):
     # One program per row (a persistent loop over rows measured slower, docs/performance-notes.md).
     if tl.program_id(0) == 0:  # count the call on the device
-        tl.atomic_add(CALLS, 1)
+        tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1)  # see counters.py
     N, stride_x, stride_y = N // VEC * VEC, stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride may pass 2**31
     cols = tl.arange(0, BLOCK_N)
@@ -232,7 +241,7 @@ def _rmsnorm_bwd_row_stats_kernel(
 ):
     # Per row: r, and coef = r^3 * mean(u * x), the two numbers dx = r * u - x * coef needs.
     if tl.program_id(0) == 0:  # count the call on the device
-        tl.atomic_add(CALLS, 1)
+        tl.atomic_add(tl.load(CALLS + 1).to(tl.pointer_type(tl.int64)), 1)  # see counters.py
     N, stride_dy, stride_x = N // VEC * VEC, stride_dy // VEC * VEC, stride_x // VEC * VEC  # vector loads
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
@@ -315,6 +324,15 @@ def _dgamma_column_sum_kernel(PARTIAL, DGAMMA, P, N, BLOCK_P: tl.constexpr, BLOC
 # Launchers
 # --------------------------------------------------------------------------------------------------
 
+#: The kernels each direction launches, by name (how they appear in code that torch.compile generates).
+FORWARD_KERNELS = ("_rmsnorm_fwd_kernel", "_rmsnorm_fwd_chunked_kernel")
+BACKWARD_KERNELS = (
+    "_rmsnorm_bwd_kernel",
+    "_rmsnorm_bwd_row_stats_kernel",
+    "_rmsnorm_bwd_looped_kernel",
+    "_dgamma_column_sum_kernel",
+)
+
 
 def as_rows(t: torch.Tensor, n: int) -> torch.Tensor:
     """(..., N) as a (rows, N) view with a unit column stride; a copy only when no such view exists."""
@@ -327,6 +345,11 @@ def as_rows(t: torch.Tensor, n: int) -> torch.Tensor:
     return t2
 
 
+def direct(kernel):
+    """The launchers' default ``launch``: the kernel itself."""
+    return kernel
+
+
 def _empty_like_contiguous(x: torch.Tensor) -> torch.Tensor:
     if x.is_contiguous():
         return torch.empty_like(x)  # the cheaper call
@@ -334,21 +357,29 @@ def _empty_like_contiguous(x: torch.Tensor) -> torch.Tensor:
 
 
 def rmsnorm_forward(
-    x: torch.Tensor, gamma: torch.Tensor, eps: float, calls: torch.Tensor, p: Plan | None = None
+    x: torch.Tensor,
+    gamma: torch.Tensor,
+    eps: float,
+    calls: torch.Tensor,
+    p: Plan | None = None,
+    launch: Callable = direct,
 ) -> torch.Tensor:
     """y = rmsnorm(x) * gamma in x's dtype, contiguous, for x of shape (..., N) with rows at one stride.
-    ``calls``: a one-element int32 counter on x's device that the kernel increments (not for an x
-    with no rows: nothing is launched)."""
+    ``calls``: ``counters.calls(x.device)``, whose forward count the kernel increments (not for an x
+    with no rows: nothing is launched). ``launch(kernel)`` gives what is launched: the kernel itself, or
+    ``wrap_triton(kernel)`` while torch.compile traces."""
     if x.numel() == 0:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    n = x.shape[-1]
+    n = int(x.shape[-1])
     x2 = as_rows(x, n)
     rows = x2.shape[0]
     y = _empty_like_contiguous(x)
-    vec = vector_width(n, x2)  # of the x launched on: a plan passed in may come from another layout
+    vec = vector_width(
+        n, x2, traced=launch is not direct
+    )  # of the x launched on: a plan passed in may come from another layout
     p = p or plan_for(x2, gamma, vec)
     if p.fwd_two_pass:
-        _rmsnorm_fwd_chunked_kernel[(p.fwd_programs,)](
+        launch(_rmsnorm_fwd_chunked_kernel)[(p.fwd_programs,)](
             x2,
             gamma,
             y,
@@ -364,7 +395,7 @@ def rmsnorm_forward(
             num_warps=p.fwd_warps,
         )
     else:
-        _rmsnorm_fwd_kernel[(p.fwd_programs,)](
+        launch(_rmsnorm_fwd_kernel)[(p.fwd_programs,)](
             x2,
             gamma,
             y,
@@ -384,14 +415,21 @@ def rmsnorm_forward(
 
 
 def rmsnorm_backward(
-    dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: float, calls: torch.Tensor, p: Plan | None = None
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    gamma: torch.Tensor,
+    eps: float,
+    calls: torch.Tensor,
+    p: Plan | None = None,
+    launch: Callable = direct,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dx in x's dtype, dgamma in gamma's dtype) for dy and x of the same shape (..., N).
-    ``calls``: a one-element int32 counter on x's device that the first kernel increments (not for an
-    x with no rows: nothing is launched, and dgamma, a sum over no rows, is zeros)."""
+    ``calls``: ``counters.calls(x.device)``, whose backward count the first kernel increments (not for
+    an x with no rows: nothing is launched, and dgamma, a sum over no rows, is zeros). ``launch`` as in
+    ``rmsnorm_forward``."""
     if x.numel() == 0:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.zeros_like(gamma)
-    n = x.shape[-1]
+    n = int(x.shape[-1])
     x2 = as_rows(x, n)
     dy2 = as_rows(dy, n)  # autograd may hand over any layout, e.g. a broadcast (stride-0) gradient
     rows = x2.shape[0]
@@ -399,14 +437,14 @@ def rmsnorm_backward(
     dgamma = torch.empty_like(gamma)
     # VEC of the tensors launched on: autograd may hand back a saved x in another layout than the one
     # the forward planned for (saved-tensor hooks), and dy has any layout.
-    vec = vector_width(n, x2, dy2)
+    vec = vector_width(n, x2, dy2, traced=launch is not direct)
     p = p or plan_for(x2, gamma, vec)  # the backward's settings do not depend on the vector width
     sdy, sx = dy2.stride(0), x2.stride(0)
     if p.looped:
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
         coef = torch.empty(rows, dtype=torch.float32, device=x.device)
         partial = torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
-        _rmsnorm_bwd_row_stats_kernel[(rows,)](
+        launch(_rmsnorm_bwd_row_stats_kernel)[(rows,)](
             dy2,
             x2,
             gamma,
@@ -422,7 +460,7 @@ def rmsnorm_backward(
             VEC=vec,
             num_warps=p.stats_warps,
         )
-        _rmsnorm_bwd_looped_kernel[p.bwd_grid](
+        launch(_rmsnorm_bwd_looped_kernel)[p.bwd_grid](
             dy2,
             x2,
             gamma,
@@ -444,7 +482,7 @@ def rmsnorm_backward(
     else:
         final = p.partial_rows == 0
         partial = dgamma if final else torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
-        _rmsnorm_bwd_kernel[p.bwd_grid[:1]](
+        launch(_rmsnorm_bwd_kernel)[p.bwd_grid[:1]](
             dy2,
             x2,
             gamma,
@@ -466,7 +504,7 @@ def rmsnorm_backward(
         )
         if final:
             return dx, dgamma
-    _dgamma_column_sum_kernel[(triton.cdiv(n, SUM_BLOCK_N),)](
+    launch(_dgamma_column_sum_kernel)[(triton.cdiv(n, SUM_BLOCK_N),)](
         partial, dgamma, p.partial_rows, n, BLOCK_P=SUM_BLOCK_P, BLOCK_N=SUM_BLOCK_N, num_warps=SUM_WARPS
     )
     return dx, dgamma

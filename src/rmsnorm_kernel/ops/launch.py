@@ -212,7 +212,8 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
         )
     no_stats = dict(stats_block_n=0, stats_warps=0)
     if rows * block_n <= SINGLE_PROGRAM_ELEMENTS:  # one program that writes dgamma itself: one launch fewer
-        block_m = min(triton.next_power_of_2(rows), max(1, SINGLE_TILE_ELEMENTS // block_n))
+        # int(): a symbolic row count (see plan_for) is specialized here, for problems this small only.
+        block_m = min(triton.next_power_of_2(int(rows)), max(1, SINGLE_TILE_ELEMENTS // block_n))
         stages = stages_that_fit(BWD_STAGES, 2 * block_m * block_n * x_bytes, gpu.smem_bytes) if rows > block_m else 1
         return dict(
             bwd_branch="single_program",
@@ -254,15 +255,20 @@ def stages_that_fit(wanted: int, bytes_per_stage: int, smem_bytes: int) -> int:
     return max(1, min(wanted, 1 + (smem_bytes - SMEM_RESERVE_BYTES) // max(1, bytes_per_stage)))
 
 
-def vector_width(n: int, *views: torch.Tensor) -> int:
+def vector_width(n: int, *views: torch.Tensor, traced: bool = False) -> int:
     """Elements one vector load can take from every row of each (rows, N) view: N, each view's row stride
     and its start (in elements) are multiples of it. The kernels pass it on to the compiler (VEC), which
-    by itself only notices multiples of 16. Called on every launch, so kept to a few integer operations."""
+    by itself only notices multiples of 16. Called on every launch, so kept to a few integer operations.
+
+    ``traced``: the views may be torch.compile's fake tensors, which have no data pointer. Their storage
+    is taken to start 16-byte aligned, as Inductor's buffers do (and the graph inputs it copies when they
+    do not), so their offset decides. VEC only promises what N and the strides are multiples of; where
+    the data itself starts, the compiler learns from its own checks of the pointers."""
     size = views[0].element_size()
     g = n
     for v in views:
-        ptr = v.data_ptr()
-        g = math.gcd(g, ptr // size if ptr % size == 0 else 1, v.stride(0) if v.shape[0] > 1 else 0)
+        start = int(v.storage_offset()) * size if traced else v.data_ptr()
+        g = math.gcd(g, start // size if start % size == 0 else 1, int(v.stride(0)) if v.shape[0] > 1 else 0)
     return min(16 // size, g & -g)
 
 
@@ -288,6 +294,9 @@ def gpu_for(t: torch.Tensor) -> Gpu:
 def plan_for(x2: torch.Tensor, gamma: torch.Tensor, vec: int | None = None) -> Plan:
     """The plan for the (rows, N) view ``x2`` and ``gamma`` on their device's GPU (``gpu_for``); ``vec``:
     ``vector_width`` of ``x2`` when the caller has it already."""
-    n = x2.shape[1]
+    rows, n = x2.shape[0], int(x2.shape[1])
     vec = vector_width(n, x2) if vec is None else vec
-    return plan(x2.shape[0], n, gpu_for(x2), vec, x2.element_size(), gamma.element_size())
+    # Traced by torch.compile with dynamic=True, the row count is symbolic: planned uncached, and each
+    # rule's comparison of it becomes a guard of the compiled graph.
+    make = plan if isinstance(rows, int) else plan.__wrapped__
+    return make(rows, n, gpu_for(x2), vec, x2.element_size(), gamma.element_size())

@@ -1,104 +1,86 @@
-"""The Triton path as a PyTorch operator: ``torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps)``.
+"""The Triton path as a PyTorch operator: ``torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps, calls)``, where
+``calls`` is ``counters.calls(x.device)`` (``rmsnorm()`` passes it).
 
-Registered with ``torch.library.custom_op`` so that ``torch.compile`` keeps it as one opaque node (no
-graph break, and ``mode="reduce-overhead"`` captures it in a CUDA graph), with a fake implementation for
-tracing and an autograd formula that calls a second custom op, ``rmsnorm_kernel::rmsnorm_backward``.
+On a GPU it is registered with ``torch.library.triton_op``: under ``torch.compile`` the op's Python runs
+once, at trace time, with fake tensors, and puts its kernel launches (``wrap_triton``) and its launch
+plan into the graph. The code Inductor generates then launches the kernels itself, with no Python of
+this package per call, and a step under ``mode="reduce-overhead"`` is captured whole in a CUDA graph.
+The autograd formula calls a second op, ``rmsnorm_kernel::rmsnorm_backward``, registered the same way.
 
-``rmsnorm()`` takes that op while ``torch.compile`` traces, and for tensor subclasses. In eager code it
+Under Triton's interpreter (no GPU) both are ``torch.library.custom_op``s with fake implementations:
+torch.compile cannot trace interpreted kernels (``wrap_triton`` hands them back unwrapped), so there
+each op stays one opaque node of the graph. The schemas, the autograd formula and the eager behaviour
+are the same.
+
+``rmsnorm()`` takes the op while ``torch.compile`` traces, and for tensor subclasses. In eager code it
 checks the contract once and calls the launchers directly, through a plain ``torch.autograd.Function``
 when a gradient is needed: the custom op's dispatch (autograd wrapper, fake-tensor bookkeeping, a second
-contract check) costs tens of microseconds a call, most of the time of a small RMSNorm on a GPU. Both
-routes run the same kernels and give the same bits.
+contract check) costs tens of microseconds a call, most of the time of a small RMSNorm on a GPU. Every
+route runs the same kernels with the same plan and gives the same bits.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.library import triton_op, wrap_triton
 
-from . import kernels
+from . import counters, kernels
+from .backend import CUDA, backend
 from .contract import check_forward
-from .launch import Plan, plan_for
+from .counters import call_counts, reset_call_counts
+from .launch import plan_for
 from .reference import DEFAULT_EPS
 
-# How many times the Triton forward and backward ran, per device: one-element int32 counters that the
-# kernels themselves increment (see kernels.py), so the count is true also where Python does not run,
-# as when a CUDA graph replays a compiled step. A training run that silently stayed on the reference
-# path shows zeros here.
-_COUNTERS: dict[torch.device, tuple[Tensor, Tensor]] = {}
+__all__ = ["call_counts", "reset_call_counts", "rmsnorm"]
 
 
-def _counters(device: torch.device) -> tuple[Tensor, Tensor]:
-    c = _COUNTERS.get(device)
-    if c is None:
-        c = _COUNTERS[device] = (
-            torch.zeros(1, dtype=torch.int32, device=device),
-            torch.zeros(1, dtype=torch.int32, device=device),
-        )
-    return c
+def _register(name: str, fn, fake):
+    """``fn`` as the op ``name``: a ``triton_op`` on a GPU (``fn``, traced with fake tensors, is its own
+    fake implementation), a ``custom_op`` with ``fake`` under the interpreter (see the module's doc).
+    ``fn`` launches through ``wrap_triton``, which outside tracing hands back the kernel itself."""
+    if backend() == CUDA:
+        return triton_op(name, fn, mutates_args=())
+    op = torch.library.custom_op(name, fn, mutates_args=())
+    op.register_fake(fake)
+    return op
 
 
-def call_counts() -> dict[str, int]:
-    """How many times the Triton forward and backward ran since import or ``reset_call_counts()``,
-    summed over devices: ``{"forward": ..., "backward": ...}``. Counted by the kernels on the device, so
-    a call replayed from a CUDA graph counts once per replay. Reading waits for the GPU.
-
-    A call whose x has no rows (shape (0, N), (2, 0, N), ...) launches no kernel and so is not counted:
-    it returns an empty y, and its backward an empty dx and a dgamma of zeros, without running anything.
-    The counts are those of the calls that computed something."""
-    forward = sum(int(f.item()) for f, _ in _COUNTERS.values())
-    backward = sum(int(b.item()) for _, b in _COUNTERS.values())
-    return {"forward": forward, "backward": backward}
+# ``calls`` is ``counters.calls(x.device)``: the kernels count the call through the addresses it holds.
 
 
-def reset_call_counts() -> None:
-    for f, b in _COUNTERS.values():
-        f.zero_()
-        b.zero_()
-
-
-def _forward(x: Tensor, gamma: Tensor, eps: float, plan: Plan | None = None) -> Tensor:
-    return kernels.rmsnorm_forward(x, gamma, eps, _counters(x.device)[0], plan)
-
-
-def _backward_kernels(
-    dy: Tensor, x: Tensor, gamma: Tensor, eps: float, plan: Plan | None = None
-) -> tuple[Tensor, Tensor]:
-    return kernels.rmsnorm_backward(dy, x, gamma, eps, _counters(x.device)[1], plan)
-
-
-@torch.library.custom_op("rmsnorm_kernel::rmsnorm", mutates_args=())
-def _rmsnorm_op(x: Tensor, gamma: Tensor, eps: float) -> Tensor:
+def _rmsnorm_impl(x: Tensor, gamma: Tensor, eps: float, calls: Tensor) -> Tensor:
     check_forward(x, gamma, eps)
-    return _forward(x, gamma, eps)
+    return kernels.rmsnorm_forward(x, gamma, eps, calls, launch=wrap_triton)
 
 
-@_rmsnorm_op.register_fake
-def _rmsnorm_fake(x: Tensor, gamma: Tensor, eps: float) -> Tensor:
+def _rmsnorm_fake(x: Tensor, gamma: Tensor, eps: float, calls: Tensor) -> Tensor:
     check_forward(x, gamma, eps)
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)  # contiguous, as the kernel writes it
 
 
-@torch.library.custom_op("rmsnorm_kernel::rmsnorm_backward", mutates_args=())
-def _rmsnorm_backward_op(dy: Tensor, x: Tensor, gamma: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    return _backward_kernels(dy, x, gamma, eps)
+def _rmsnorm_backward_impl(dy: Tensor, x: Tensor, gamma: Tensor, eps: float, calls: Tensor) -> tuple[Tensor, Tensor]:
+    return kernels.rmsnorm_backward(dy, x, gamma, eps, calls, launch=wrap_triton)
 
 
-@_rmsnorm_backward_op.register_fake
-def _rmsnorm_backward_fake(dy: Tensor, x: Tensor, gamma: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+def _rmsnorm_backward_fake(dy: Tensor, x: Tensor, gamma: Tensor, eps: float, calls: Tensor) -> tuple[Tensor, Tensor]:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty_like(gamma)
 
 
+_rmsnorm_op = _register("rmsnorm_kernel::rmsnorm", _rmsnorm_impl, _rmsnorm_fake)
+_rmsnorm_backward_op = _register("rmsnorm_kernel::rmsnorm_backward", _rmsnorm_backward_impl, _rmsnorm_backward_fake)
+
+
 def _setup_context(ctx, inputs, output) -> None:
-    x, gamma, eps = inputs
-    ctx.save_for_backward(x, gamma)
+    x, gamma, eps, calls = inputs
+    ctx.save_for_backward(x, gamma, calls)
     ctx.eps = eps
 
 
 def _backward(ctx, dy: Tensor):
-    x, gamma = ctx.saved_tensors
-    dx, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(dy, x, gamma, ctx.eps)
-    return dx, dgamma, None
+    x, gamma, calls = ctx.saved_tensors
+    dx, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(dy, x, gamma, ctx.eps, calls)
+    return dx, dgamma, None, None
 
 
 _rmsnorm_op.register_autograd(_backward, setup_context=_setup_context)
@@ -126,7 +108,7 @@ class _RMSNormFunction(torch.autograd.Function):
         ctx.eps = eps
         # Made once, for both directions; none for an x with no rows, which launches nothing.
         ctx.plan = plan_for(kernels.as_rows(x, x.shape[-1]), gamma) if x.numel() else None
-        return _forward(x, gamma, eps, ctx.plan)
+        return kernels.rmsnorm_forward(x, gamma, eps, counters.calls(x.device), ctx.plan)
 
     @staticmethod
     def backward(ctx, dy: Tensor):
@@ -134,9 +116,9 @@ class _RMSNormFunction(torch.autograd.Function):
         if torch.is_grad_enabled():
             # create_graph=True: through the backward op, whose own backward refuses with a message
             # (called directly, the kernels would return silently detached gradients).
-            dx, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(dy, x, gamma, ctx.eps)
+            dx, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(dy, x, gamma, ctx.eps, counters.calls(x.device))
         else:
-            dx, dgamma = _backward_kernels(dy, x, gamma, ctx.eps, ctx.plan)
+            dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, ctx.eps, counters.calls(x.device), ctx.plan)
         return dx, dgamma, None
 
 
@@ -159,7 +141,7 @@ def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS) -> Tensor:
     check_forward(x, gamma, eps)
     if torch.compiler.is_compiling() or type(x) is not Tensor or type(gamma) not in _PLAIN:
         # Tracing, fake tensors and tensor subclasses go through the registered op.
-        return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps)
+        return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps, counters.calls(x.device))
     if torch.is_grad_enabled() and (x.requires_grad or gamma.requires_grad):
         return _RMSNormFunction.apply(x, gamma, eps)
-    return _forward(x, gamma, eps)
+    return kernels.rmsnorm_forward(x, gamma, eps, counters.calls(x.device))
