@@ -6,7 +6,8 @@
   (``python -m benchmarks.sweep``);
 - ``launch_rules``, ``launch_sweep``: the launch-plan experiments behind ``rmsnorm_kernel.ops.launch``;
 - ``host_time``: the host time per call of the Triton path's pieces at a small shape;
-- ``compiled_step``: a training step under ``torch.compile(mode="reduce-overhead")`` on both paths.
+- ``train_step``: a training step of the ``model=large`` network on every path, eager and compiled, in
+  float32 and bfloat16: wall time, GPU time, kernel launches and the RMSNorm's GPU time.
 
 What they share, one job per module: ``impls`` (the implementations under test and one whole call of
 each), ``rows`` (the byte model, the oracle check, the check-then-time of one row, the winners),

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from benchmarks import benchmark, compiled_step, host_time, launch_rules, launch_sweep
+from benchmarks import benchmark, host_time, launch_rules, launch_sweep, train_step
 from benchmarks.common import Terminated
 from benchmarks.sweep import run as sweep
 from tests.helpers import ROOT, interrupt_process
@@ -18,7 +18,7 @@ COMMANDS = {
     "launch_rules": (launch_rules, "launch_rules", "parse_items"),
     "launch_sweep": (launch_sweep, "launch_sweep", "file_problem"),
     "host_time": (host_time, "host_time", "file_problem"),
-    "compiled_step": (compiled_step, "compiled_step", "file_problem"),
+    "train_step": (train_step, "train_step", "file_problem"),
 }
 
 
@@ -40,7 +40,7 @@ def test_ctrl_c_or_sigterm_ends_each_command_in_one_line(command, exc, status, n
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is the command's only
 
 
-@pytest.mark.parametrize("command", ["launch_rules", "launch_sweep", "host_time", "compiled_step"])
+@pytest.mark.parametrize("command", ["launch_rules", "launch_sweep", "host_time", "train_step"])
 @pytest.mark.parametrize("where", ["folder", "under_a_file"])
 def test_a_json_file_that_cannot_be_written_is_refused_before_any_work(command, where, tmp_path, capsys):
     module, prog, _ = COMMANDS[command]
@@ -59,7 +59,7 @@ def test_a_json_file_that_cannot_be_written_is_refused_before_any_work(command, 
         ("launch_sweep", ["--samples", "-1"]),
         ("launch_sweep", ["--warmup", "-3"]),
         ("host_time", ["--repeats", "0"]),
-        ("compiled_step", ["--steps", "0"]),
+        ("train_step", ["--steps", "0"]),
         ("benchmark", ["--impls", ","]),
         ("benchmark", ["--samples", "-1"]),
         ("sweep", ["--impls", ","]),
