@@ -1,4 +1,5 @@
-"""The compile report: no graph break, Inductor's code saved, the custom ops called from it opaquely."""
+"""The compile report: no graph break, Inductor's code saved, the Triton path launched from it: its kernels
+on a GPU, its opaque ops under the interpreter."""
 
 import os
 from pathlib import Path
@@ -11,7 +12,7 @@ from rmsnorm_kernel.ops.module import RMSNorm
 from .helpers import BreakingNet
 
 
-def test_compile_report_saves_inductor_code_that_calls_both_ops(tmp_path, device):
+def test_compile_report_saves_inductor_code_that_runs_both_directions(tmp_path, device):
     rep = compile_report.compile_report(tmp_path / "code", device=device)
     for name in compile_report.CACHE_VARIABLES:  # the temporary cache folder was for this compile only
         assert compile_report.TEMP_PREFIX not in os.environ.get(name, "")
@@ -20,9 +21,13 @@ def test_compile_report_saves_inductor_code_that_calls_both_ops(tmp_path, device
     assert rep.triton_calls == {"forward": 1, "backward": 1}
     assert rep.code_files and all(Path(f).parent == tmp_path / "code" for f in rep.code_files)
     code = "\n".join(Path(f).read_text() for f in rep.code_files)
-    assert "torch.ops.rmsnorm_kernel.rmsnorm.default(" in code
-    assert "torch.ops.rmsnorm_kernel.rmsnorm_backward.default(" in code
-    assert any(">> " in e and "rmsnorm_kernel.rmsnorm.default(" in e for e in rep.excerpts)
+    if device == "cuda":  # the generated code launches the kernels itself
+        assert "_rmsnorm_fwd_kernel" in code and "_rmsnorm_bwd_kernel" in code
+        assert "torch.ops.rmsnorm_kernel" not in code
+    else:
+        assert "torch.ops.rmsnorm_kernel.rmsnorm.default(" in code
+        assert "torch.ops.rmsnorm_kernel.rmsnorm_backward.default(" in code
+    assert any(">> " in e and compile_report.LAUNCHES["forward"].search(e) for e in rep.excerpts)
 
 
 def test_compile_report_reports_graph_breaks(tmp_path, device, monkeypatch):

@@ -240,7 +240,8 @@ def test_opcheck_passes_on_an_x_without_rows(op, device):
 def test_torch_compile_fullgraph_of_an_x_without_rows_gives_an_empty_y_and_a_zero_dgamma(impl, device, monkeypatch):
     """RMSNorm under torch.compile(fullgraph=True), bfloat16 x of shape (2, 0, N) into a float32 weight (mixed
     precision). The Triton path's compiled graph reaches the launchers through the custom ops (seen by a
-    spy), and they launch nothing (tripwires) and count nothing."""
+    spy: at trace time on a GPU, where the op is a triton_op, on every call under the interpreter), and
+    they launch nothing (tripwires) and count nothing."""
     reached = []
 
     def spy(name):
@@ -264,5 +265,5 @@ def test_torch_compile_fullgraph_of_an_x_without_rows_gives_an_empty_y_and_a_zer
         y = torch.compile(norm, fullgraph=True)(x)
         y.sum().backward()
     assert_empty_y_empty_dx_zero_dgamma(y, x, norm.weight)
-    assert reached == (["rmsnorm_forward", "rmsnorm_backward"] if impl == "triton" else [])
+    assert sorted(set(reached)) == (["rmsnorm_backward", "rmsnorm_forward"] if impl == "triton" else [])
     assert call_counts() == before

@@ -42,7 +42,9 @@ The launchers run eagerly, and also while ``torch.compile`` traces the registere
 (``op.py``), with ``launch=torch.library.wrap_triton``: every kernel launch then goes into the graph, and
 the launch plan is made once, at trace time. Their Python is written for both: shapes and strides that
 the plan needs as numbers are read with ``int()`` (under ``dynamic=True`` that specializes N, which the
-kernels are compiled for anyway; the row count stays symbolic).
+kernels are compiled for anyway; the row count stays symbolic). Inductor's code passes eps as a float64
+scalar: the kernels round it to float32 (``tl.cast(eps, tl.float32)``), as a Python float launched directly
+is.
 
 The launchers assume arguments that passed ``contract.check_forward``. An x with no rows launches no
 kernel (a grid of zero programs is an error in some Triton versions, and there is nothing to compute):
@@ -99,7 +101,7 @@ def _rmsnorm_fwd_kernel(
         mean_sq = tl.sum(x * x, axis=1) / N  # N, not BLOCK_N: masked lanes are padding, not data
         # Correctly rounded: tl.sqrt and 1 / x are approximate on a GPU, and the backward multiplies r^3
         # into terms hundreds of times larger than dx when x is small (r ~ 700 at |x| ~ 1e-3).
-        r = tl.div_rn(1.0, tl.sqrt_rn(mean_sq + eps))
+        r = tl.div_rn(1.0, tl.sqrt_rn(mean_sq + tl.cast(eps, tl.float32)))
         y = x * r[:, None] * gamma[None, :]
         tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
@@ -150,7 +152,9 @@ def _rmsnorm_bwd_kernel(
         mask = (rows < M)[:, None] & col_mask[None, :]
         x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        r = tl.div_rn(1.0, tl.sqrt_rn(tl.sum(x * x, axis=1) / N + eps))  # the forward's r, same logical N
+        r = tl.div_rn(
+            1.0, tl.sqrt_rn(tl.sum(x * x, axis=1) / N + tl.cast(eps, tl.float32))
+        )  # the forward's r, same logical N
         u = dy * gamma[None, :]
         mean_ux = tl.sum(u * x, axis=1) / N  # N again: the padding lanes hold u * x = 0
         dx = r[:, None] * u - x * (r * r * r * mean_ux)[:, None]
@@ -203,7 +207,9 @@ def _rmsnorm_fwd_chunked_kernel(
                 tl.float32
             )
         sum_sq += x * x
-    r = tl.div_rn(1.0, tl.sqrt_rn(tl.sum(sum_sq, axis=0) / N + eps))  # N, not the chunks' total width
+    r = tl.div_rn(
+        1.0, tl.sqrt_rn(tl.sum(sum_sq, axis=0) / N + tl.cast(eps, tl.float32))
+    )  # N, not the chunks' total width
     # Pass 2: y = x * r * gamma. This read of x is its last (evict_first); gamma is read by every row
     # (evict_last).
     for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
@@ -254,7 +260,7 @@ def _rmsnorm_bwd_row_stats_kernel(
         gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(tl.float32)
         sum_sq += x * x
         sum_ux += dy * gamma * x
-    r = tl.div_rn(1.0, tl.sqrt_rn(tl.sum(sum_sq, axis=0) / N + eps))
+    r = tl.div_rn(1.0, tl.sqrt_rn(tl.sum(sum_sq, axis=0) / N + tl.cast(eps, tl.float32)))
     tl.store(RSTD + row, r)
     tl.store(COEF + row, r * r * r * (tl.sum(sum_ux, axis=0) / N))
 
