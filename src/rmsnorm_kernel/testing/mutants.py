@@ -22,7 +22,7 @@ import textwrap
 
 import torch
 
-from ..ops import kernels
+from ..ops import counters, kernels
 from ..ops.launch import plan_for, whole_row_tile
 
 #: The substitution: a division by the row length N becomes a division by the block width BLOCK_N.
@@ -81,7 +81,8 @@ def forward_block_mean(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torc
     x2 = x.reshape(-1, n)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     p = _whole_row_plan(x2, gamma)
-    calls = torch.zeros(1, dtype=torch.int32, device=x.device)  # not the operator's counter
+    counts = torch.zeros(2, dtype=torch.int64, device=x.device)  # not the operator's counts
+    calls = counters.addresses(counts)
     block_mean_kernel("_rmsnorm_fwd_kernel")[(p.fwd_programs,)](
         x2,
         gamma,
@@ -109,7 +110,8 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     p = _whole_row_plan(x2, gamma)
     partial = torch.empty((max(p.partial_rows, 1), n), dtype=torch.float64, device=x.device)  # dgamma unused
-    calls = torch.zeros(1, dtype=torch.int32, device=x.device)
+    counts = torch.zeros(2, dtype=torch.int64, device=x.device)  # not the operator's counts
+    calls = counters.addresses(counts)
     block_mean_kernel("_rmsnorm_bwd_kernel")[p.bwd_grid[:1]](
         dy2,
         x2,
