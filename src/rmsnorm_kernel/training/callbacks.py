@@ -21,7 +21,6 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from ..ops.contract import ContractError
 from ..ops.impls import IMPLS
-from ..ops.op import call_counts
 from ..ops.tolerances import TOLERANCES, compare
 from .model import TrainingStopped
 from .network import build_network
@@ -163,15 +162,14 @@ class Parity(L.Callback):
             return
         self._started.add(step)
         x, y = batch
-        before = call_counts()
+        pl_module.settle_calls("train")  # the training steps' calls so far, before these
         try:
             outs, grads = self._every_path(pl_module, x, y)
         except ContractError as e:
             self.skipped = f"the Triton contract refuses this shape ({e})"
             return
-        after = call_counts()
-        pl_module.calls["parity/forward"] += after["forward"] - before["forward"]
-        pl_module.calls["parity/backward"] += after["backward"] - before["backward"]
+        finally:
+            pl_module.settle_calls("parity")
         local = []  # per compared path: the worst ratio to the tolerance, the output and the gradient differences
         for path in COMPARED:
             comparisons = [compare(outs[path], outs[ORACLE])]
@@ -245,13 +243,16 @@ class ValidateAtLastStep(L.Callback):
 
 
 class StepTimer(L.Callback):
-    """``time/step_ms``: the median wall time of the training steps in each logging window
+    """``time/step_ms``: the median time of the training steps in each logging window
     (``trainer.log_every_n_steps`` steps), logged at the window's last step and at the run's last step.
 
     A step is timed from the start of its batch to its end (forward, backward, optimizer), after the
     parity check and before the checkpoints that end it: the callbacks are listed in that order in
-    ``run.py``. With a GPU, the clock is read after synchronising with it, so a step's time includes
-    its kernels. Validation is not timed.
+    ``run.py``. Validation is not timed. On the CPU, by the wall clock. On a GPU, without waiting for it
+    during the window: CUDA events recorded on the current stream at the start and the end of each step,
+    read once at the window's end. A step's time is then the time the stream took from its start marker
+    to its end marker, which includes its kernels and any time the GPU waited for the host, so in a
+    steady run it is the step's wall time, whichever of the two bounds it.
 
     ``time/rmsnorm_ms``, with ``norm_events=True`` on a GPU: the GPU time of the RMSNorm layer in each
     step, forward and backward, from CUDA events recorded on the stream the layer runs on: before and
@@ -263,18 +264,12 @@ class StepTimer(L.Callback):
 
     def __init__(self, norm_events: bool = False) -> None:
         self.norm_events = norm_events
-        self.window: list[float] = []
-        self.norm_window: list[float] = []
         self.medians: list[float] = []  # every logged value, for the run's summary
         self.norm_medians: list[float] = []
-        self._start = 0.0
+        self._start: float | torch.cuda.Event = 0.0
+        self._steps: list = []  # the window's steps: (start, end, the layer's events), read at its end
         self._events: dict[str, torch.cuda.Event] = {}
         self._hooks: list = []
-
-    @staticmethod
-    def _sync(pl_module) -> None:
-        if pl_module.device.type == "cuda":
-            torch.cuda.synchronize(pl_module.device)
 
     def on_train_start(self, trainer, pl_module) -> None:
         if self.norm_events and pl_module.device.type == "cuda" and not self._hooks:
@@ -308,30 +303,43 @@ class StepTimer(L.Callback):
         if output.requires_grad:  # the gradient of the output exists: the layer's backward starts
             output.register_hook(lambda grad: self._record("backward_start"))
 
+    @staticmethod
+    def _now(pl_module) -> float | torch.cuda.Event:
+        if pl_module.device.type != "cuda":
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._events = {}
-        self._sync(pl_module)
-        self._start = time.perf_counter()
+        self._start = self._now(pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._sync(pl_module)
-        self.window.append((time.perf_counter() - self._start) * 1e3)
-        e = self._events
-        if {"forward_start", "forward_end", "backward_start", "backward_end"} <= e.keys():
-            self.norm_window.append(
-                e["forward_start"].elapsed_time(e["forward_end"]) + e["backward_start"].elapsed_time(e["backward_end"])
-            )
+        self._steps.append((self._start, self._now(pl_module), self._events))
         step = trainer.global_step  # counts the step that just ended
         if step % trainer.log_every_n_steps == 0 or step >= trainer.max_steps:
-            metrics = {"time/step_ms": statistics.median(self.window)}
-            self.medians.append(metrics["time/step_ms"])
-            if self.norm_window:
-                metrics["time/rmsnorm_ms"] = statistics.median(self.norm_window)
-                self.norm_medians.append(metrics["time/rmsnorm_ms"])
-            self.window.clear()
-            self.norm_window.clear()
-            if trainer.logger is not None:
-                trainer.logger.log_metrics(metrics, step=step - 1)
+            self._log_window(trainer, step)
+
+    def _log_window(self, trainer, step: int) -> None:
+        steps, self._steps = self._steps, []
+        if isinstance(steps[-1][1], torch.cuda.Event):
+            steps[-1][1].synchronize()  # the window's one wait: every event before it is complete too
+            times = [start.elapsed_time(end) for start, end, _ in steps]
+        else:
+            times = [(end - start) * 1e3 for start, end, _ in steps]
+        norm_times = [
+            e["forward_start"].elapsed_time(e["forward_end"]) + e["backward_start"].elapsed_time(e["backward_end"])
+            for _, _, e in steps
+            if {"forward_start", "forward_end", "backward_start", "backward_end"} <= e.keys()
+        ]
+        metrics = {"time/step_ms": statistics.median(times)}
+        self.medians.append(metrics["time/step_ms"])
+        if norm_times:
+            metrics["time/rmsnorm_ms"] = statistics.median(norm_times)
+            self.norm_medians.append(metrics["time/rmsnorm_ms"])
+        if trainer.logger is not None:
+            trainer.logger.log_metrics(metrics, step=step - 1)
 
 
 class StepCheckpoints(Checkpoint):

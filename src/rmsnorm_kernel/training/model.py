@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.trainer.states import TrainerFn
 
 from ..ops.backend import kernel_device_type
 from ..ops.contract import ContractError, check_forward
-from ..ops.op import call_counts
+from ..ops.counters import call_counts
 from .network import NETWORK_KEYS, build_network
 
 #: Test-split rows whose outputs every checkpoint records, so an audit can re-run the saved network.
@@ -16,22 +19,29 @@ PROBE_ROWS = 64
 
 
 class TrainingStopped(RuntimeError):
-    """A check during training stopped the run, before the step it found changed any weight."""
+    """A check during training stopped the run, before any checkpoint held what it found."""
 
 
 class NonFiniteLossError(TrainingStopped):
-    """The training loss became NaN or infinite; raised before the bad step updates any weight."""
+    """The training loss became NaN or infinite; raised at the next reading of the step losses
+    (``RMSNormRegressor.flush_step_metrics``), before any checkpoint holds a weight the bad step changed."""
 
 
 class RMSNormRegressor(L.LightningModule):
     """Regression with MSE and Adam; counts the Triton path's calls per stage.
 
-    The counters of ``rmsnorm_kernel.call_counts()`` are read around each training forward and each
-    backward, and around each validation and test forward, so the training counts hold exactly the
-    calls that training made (one forward and one backward per step on the Triton path), apart from
-    evaluation and from anything a callback runs. Counts are per process: under data parallelism each
-    process counts its own calls, and the logged ``calls/*`` values, like the summary's, are those of
-    process 0 (each process runs every step, so its training counts equal the steps trained).
+    A training step waits for nothing on the device: its loss, its finiteness and the Triton calls it
+    made are read together every ``trainer.log_every_n_steps`` steps, before every checkpoint and at the
+    end of training (``flush_step_metrics``), one wait each time.
+
+    Calls are counted by settlement (``settle_calls``): the kernels' own counters
+    (``rmsnorm_kernel.call_counts()``) are read at the edges of every other activity that may run the
+    Triton path (validation, test, ``callbacks.Parity``, the probe outputs a checkpoint records), and the
+    calls since the previous reading go to the stage that ran in between. Between those edges only
+    training steps run, so the training counts hold exactly the calls training made (one forward and one
+    backward per step on the Triton path). Counts are per process: under data parallelism each process
+    counts its own calls, and the logged ``calls/*`` values, like the summary's, are those of process 0
+    (each process runs every step, so its training counts equal the steps trained).
 
     The counts and the first fallback reason ride in every checkpoint, so a resumed run's counts are
     those of the whole history. A checkpoint without them (written before they were saved) leaves
@@ -39,7 +49,9 @@ class RMSNormRegressor(L.LightningModule):
     run's integration check fails saying so rather than comparing a part with the whole.
 
     ``train/mse`` is the MSE of the global batch (all processes' rows), the same value in TensorBoard,
-    in ``trainer.callback_metrics`` and so in the summary.
+    in ``trainer.callback_metrics`` and so in the summary. A non-finite one stops the run at the next
+    reading, naming its step; no checkpoint holds a weight that a step after it changed, since every
+    checkpoint reads first.
     """
 
     def __init__(
@@ -70,6 +82,8 @@ class RMSNormRegressor(L.LightningModule):
         self.test_mse: float | None = None
         self.fallback_reason: str | None = None  # why the first training step sent to the reference went there
         self.calls_unknown_before: int | None = None  # resumed at this step from a checkpoint without counts
+        self._settled: dict[str, int] | None = None  # call_counts() at the last settlement
+        self._pending_mse: list[tuple[int, torch.Tensor]] = []  # (step, global-batch MSE) not yet read
 
     def network_kwargs(self) -> dict:
         return {k: self.hparams[k] for k in NETWORK_KEYS}
@@ -77,31 +91,68 @@ class RMSNormRegressor(L.LightningModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
-    def _counted(self, key: str, fn, *args):
-        before = call_counts()["forward" if key.endswith("forward") else "backward"]
-        out = fn(*args)
-        after = call_counts()["forward" if key.endswith("forward") else "backward"]
-        self.calls[key] += after - before
-        return out
+    def settle_calls(self, stage: str | None) -> None:
+        """Add the Triton calls made since the last settlement to ``stage``'s counts (``"train"``, ``"val"``,
+        ``"test"``, ``"parity"``), or to none (``None``: calls that are not counted). Waits for the device."""
+        now = call_counts()
+        if self._settled is not None and stage is not None:
+            for direction in ("forward", "backward"):
+                key = f"{stage}/{direction}"
+                self.calls[key] = self.calls.get(key, 0) + now[direction] - self._settled[direction]
+        self._settled = now
+
+    def on_fit_start(self) -> None:
+        self.settle_calls(None)
 
     def training_step(self, batch, batch_idx):
         x, y = batch
         fallbacks = self.net.norm.fallback_count
-        pred = self._counted("train/forward", self.net, x)
+        pred = self.net(x)
         self.calls["train/fallback"] += self.net.norm.fallback_count - fallbacks
         if self.net.norm.fallback_count > fallbacks and self.fallback_reason is None:
             self.fallback_reason = self._refusal(x)
         loss = F.mse_loss(pred.float(), y)
         # The MSE of the global batch: under data parallelism each process holds an equal share of it.
         # (A copy: the all-reduce works in place and must not touch the loss that backward will use.)
-        self._step_mse = self.trainer.strategy.reduce(loss.detach().clone(), reduce_op="mean")
-        if not torch.isfinite(self._step_mse):  # the same verdict on every process: none is left waiting
-            raise NonFiniteLossError(
-                f"train/mse is {self._step_mse.item()} at step {self.global_step}, before that step changed any weight"
-            )
-        # The global batch's value (not this process's share): what TensorBoard gets and the summary prints.
-        self.log("train/mse", self._step_mse, on_step=True, on_epoch=False, prog_bar=True, logger=False)
+        mse = self.trainer.strategy.reduce(loss.detach().clone(), reduce_op="mean")
+        self._pending_mse.append((self.global_step, mse))  # read later, without waiting now
         return loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        step = self.global_step  # counts the step that just ended
+        if step % self.trainer.log_every_n_steps == 0 or step >= self.trainer.max_steps:
+            self.flush_step_metrics(progress_bar=True)
+
+    def on_train_end(self) -> None:
+        self.flush_step_metrics()
+
+    def flush_step_metrics(self, progress_bar: bool = False) -> None:
+        """Read the losses of the steps since the last reading (one wait for the device), stop the run at
+        the first that is not finite, log them at their steps, and settle the training calls.
+
+        Called every ``trainer.log_every_n_steps`` steps, before each checkpoint and at the end of training.
+        The same values on every process (global-batch MSEs), so every process stops at the same reading."""
+        pending, self._pending_mse = self._pending_mse, []
+        if pending:
+            values = torch.stack([mse for _, mse in pending]).tolist()
+            bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+            if bad is not None:
+                raise NonFiniteLossError(
+                    f"train/mse is {values[bad]} at step {pending[bad][0]}, read at step {self.global_step} (losses "
+                    f"are read every {self.trainer.log_every_n_steps} steps and before each checkpoint); no "
+                    "checkpoint holds a weight changed after it"
+                )
+            if self.logger is not None:
+                for (step, _), value in zip(pending, values):
+                    self.logger.log_metrics({"train/mse": value}, step=step)
+            if progress_bar:
+                self.log("train/mse", values[-1], prog_bar=True, logger=False)
+        self.settle_calls("train")  # only training steps run between settlements
+        if self.logger is not None and pending:
+            self.logger.log_metrics(
+                {f"calls/{k}": float(self.calls[f"train/{k}"]) for k in ("forward", "backward", "fallback")},
+                step=pending[-1][0],
+            )
 
     def _refusal(self, x: torch.Tensor) -> str:
         """The Triton contract's reason for refusing the normalization's input on batch ``x``."""
@@ -113,35 +164,18 @@ class RMSNormRegressor(L.LightningModule):
             return str(e)
         return "the contract accepts this input"
 
-    def on_before_backward(self, loss: torch.Tensor) -> None:
-        self._backward_start = call_counts()["backward"]
-
-    def on_after_backward(self) -> None:
-        self.calls["train/backward"] += call_counts()["backward"] - self._backward_start
-        # The step's scalars go to the logger here, before the step's checkpoint is written (and the
-        # checkpoint flushes them): a run killed after a checkpoint has every step up to it on disk,
-        # and its resumption logs every later step once.
-        if self.logger is not None:
-            self.logger.log_metrics(
-                {
-                    "train/mse": float(self._step_mse),
-                    "calls/forward": float(self.calls["train/forward"]),
-                    "calls/backward": float(self.calls["train/backward"]),
-                    "calls/fallback": float(self.calls["train/fallback"]),
-                },
-                step=self.global_step,
-            )
-
     def on_validation_epoch_start(self) -> None:
+        self.settle_calls("train")
         self._val_sq_err, self._val_count = 0.0, 0
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
-        pred = self._counted("val/forward", self.net, x)
+        pred = self.net(x)
         self._val_sq_err += float((pred.float() - y).pow(2).sum())
         self._val_count += y.numel()
 
     def on_validation_epoch_end(self) -> None:
+        self.settle_calls("val")
         mse = self._exact_mse(self._val_sq_err, self._val_count)
         self.log("val/mse", mse, prog_bar=True, logger=False)
         # To the logger at the step of the last training step, given here rather than taken from
@@ -157,22 +191,26 @@ class RMSNormRegressor(L.LightningModule):
         return sq_err / count
 
     def on_test_epoch_start(self) -> None:
+        self.settle_calls(None)
         self._test_sq_err, self._test_count = 0.0, 0
 
     def test_step(self, batch, batch_idx):
         x, y = batch
-        pred = self._counted("test/forward", self.net, x)
+        pred = self.net(x)
         # Summed here and divided once at the end: the exact MSE of the split, whatever the batch sizes.
         self._test_sq_err += float((pred.float() - y).pow(2).sum())
         self._test_count += y.numel()
 
     def on_test_epoch_end(self) -> None:
+        self.settle_calls("test")
         self.test_mse = self._exact_mse(self._test_sq_err, self._test_count)
         self.log("test/mse", self.test_mse, logger=False)  # equal on every process already
         if self.logger is not None:  # at the last step, whatever Lightning's loop counters say (see above)
             self.logger.log_metrics({"test/mse": self.test_mse}, step=self.global_step)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING:
+            self.flush_step_metrics()  # every step's loss read and logged, and found finite, before it is saved
         # Random generators: nothing in this network draws from them during training today, but a resumed
         # run must continue every stream exactly where the interrupted one stopped.
         rng = {"torch": torch.get_rng_state()}
@@ -203,6 +241,8 @@ class RMSNormRegressor(L.LightningModule):
                     out = self.net.forward(x.to(self.device))  # eager, also when compiled
             out = out.float().cpu()
             self.net.train(was_training)
+            if self._settled is not None:
+                self.settle_calls(None)  # the probe's own calls are not counted
             checkpoint["rmsnorm_kernel"] = {"test_inputs": x.clone(), "test_outputs": out}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
