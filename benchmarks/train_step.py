@@ -27,6 +27,8 @@ Per row, after ``--warmup`` steps (compilation and CUDA-graph recording happen t
   not overlap is included, and removing it is what ``reduce-overhead`` is for. CUDA events around the
   step would show nearly the same, but how much host time they include depends on where in the queue
   they land; the host clock around a synchronised step needs no such reasoning.
+- host ms/step: the median host time of the same steps, from the start until the step's call returns
+  with its work queued. A step is bound by the GPU when its GPU time is well above this.
 - GPU ms/step and kernels/step: ``torch.profiler`` over ``PROFILE_STEPS`` more steps, the summed
   durations and the number of the device's kernels (copies and memsets apart), divided by the steps.
 - RMSNorm GPU ms/step: the profiled kernels that ``norm_kernel`` identifies by name as the norm's, per
@@ -190,16 +192,18 @@ def make_step(path: str, mode: str, dtype: torch.dtype, sizes: dict, device: str
     return step
 
 
-def wall_times(step: Callable[[], object], steps: int) -> list[float]:
-    """Seconds of each of ``steps`` steps, each from an idle GPU to the end of its work."""
-    times = []
+def wall_times(step: Callable[[], object], steps: int) -> tuple[list[float], list[float]]:
+    """Seconds of each of ``steps`` steps, each from an idle GPU to the end of its work, and of the host's
+    part of each: until the step's call returns, its work queued."""
+    times, host = [], []
     for _ in range(steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         step()
+        host.append(time.perf_counter() - t0)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    return times
+    return times, host
 
 
 def profile_kernels(step: Callable[[], object], steps: int) -> list[tuple[str, float]]:
@@ -229,10 +233,10 @@ def device_activity(events) -> list[tuple[str, float]]:
 
 
 def project_kernels() -> tuple[str, ...]:
-    """The names of the Triton path's kernels, as ``kernels.py`` defines them."""
+    """The names of the Triton path's kernels, as ``kernels.py`` lists them."""
     from rmsnorm_kernel.ops import kernels
 
-    return tuple(sorted(name for name in vars(kernels) if name.startswith("_") and name.endswith("_kernel")))
+    return kernels.FORWARD_KERNELS + kernels.BACKWARD_KERNELS
 
 
 def norm_kernel(name: str, own: Iterable[str]) -> str | None:
@@ -296,7 +300,7 @@ def measure(
     for _ in range(warmup - 1):
         step()
     before = call_counts()
-    times = wall_times(step, steps)
+    times, host = wall_times(step, steps)
     calls = count_delta(before, call_counts())
     profile = summarize(profile_kernels(step, PROFILE_STEPS), PROFILE_STEPS, own)
     last_loss = float(step().detach())
@@ -306,6 +310,7 @@ def measure(
         dtype=dtype_name,
         wall_ms=statistics.median(times) * 1e3,
         wall_min_ms=min(times) * 1e3,
+        host_ms=statistics.median(host) * 1e3,
         **profile,
         calls=calls,
         calls_ok=calls == expected_calls(path, steps),
@@ -335,17 +340,27 @@ def _calls(r: dict) -> str:
     return f"{r['calls']['forward']}/{r['calls']['backward']}" + ("" if r["calls_ok"] else " WRONG")
 
 
-HEADERS = ("path", "mode", "dtype", "wall ms/step", "GPU ms/step", "kernels/step", "RMSNorm GPU ms/step")
+HEADERS = (
+    "path",
+    "mode",
+    "dtype",
+    "wall ms/step",
+    "host ms/step",
+    "GPU ms/step",
+    "kernels/step",
+    "RMSNorm GPU ms/step",
+)
 
 
 def row_cells(r: dict) -> tuple:
     if r["error"] is not None:
-        return (r["path"], r["mode"], r["dtype"], r["error"], "", "", "")
+        return (r["path"], r["mode"], r["dtype"], r["error"], "", "", "", "")
     return (
         r["path"],
         r["mode"],
         r["dtype"],
         _ms(r["wall_ms"]),
+        _ms(r.get("host_ms")),
         _ms(r["gpu_ms"]),
         _per_step(r["kernels_per_step"]),
         _norm_ms(r),

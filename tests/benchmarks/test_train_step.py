@@ -97,6 +97,7 @@ def fake_row(path, mode, dtype_name, sizes, steps, warmup, own, calls_ok=True, n
         dtype=dtype_name,
         wall_ms=7.25,
         wall_min_ms=7.0,
+        host_ms=1.5,
         gpu_ms=6.5,
         kernels_per_step=21.0,
         copies_per_step=0.0,
@@ -293,8 +294,8 @@ def test_the_markdown_table_has_a_row_per_result_and_only_the_footnotes_it_uses(
     assert "Linear(64, 4096)" in lines[0] and "16384 rows" in lines[0] and "NVIDIA H200, torch 2.11.0" in lines[0]
     assert "Liger" not in lines[0] and "median of 100 steps" in lines[0]
     assert lines[2].startswith("| path | mode | dtype | wall ms/step |") and lines[3].startswith("|---|")
-    assert lines[4] == "| reference | eager | float32 | 7.250 | 6.500 | 21 | – | 0/0 |"
-    assert lines[5] == "| triton | reduce-overhead | bfloat16 | 7.250 | 6.500 | 21 | 0.250 | 100/100 |"
+    assert lines[4] == "| reference | eager | float32 | 7.250 | 1.500 | 6.500 | 21 | – | 0/0 |"
+    assert lines[5] == "| triton | reduce-overhead | bfloat16 | 7.250 | 1.500 | 6.500 | 21 | 0.250 | 100/100 |"
     assert any(line.startswith("–: ") for line in lines) and not any(line.startswith("*: ") for line in lines)
 
 
@@ -304,8 +305,8 @@ def test_the_markdown_table_marks_fused_norm_times_and_failed_rows():
         dict(path="liger", mode="compile", dtype="float32", error="RuntimeError: boom", calls_ok=False),
     ]
     lines = train_step.markdown(results(rows)).splitlines()
-    assert lines[4] == "| native | compile | float32 | 7.250 | 6.500 | 21 | 1.500* | 0/0 |"
-    assert lines[5] == "| liger | compile | float32 | RuntimeError: boom |  |  |  |  |"
+    assert lines[4] == "| native | compile | float32 | 7.250 | 1.500 | 6.500 | 21 | 1.500* | 0/0 |"
+    assert lines[5] == "| liger | compile | float32 | RuntimeError: boom |  |  |  |  |  |"
     assert any(line.startswith("*: ") for line in lines) and not any(line.startswith("–: ") for line in lines)
 
 

@@ -29,8 +29,8 @@ def test_parity_timing_and_nodes_defaults():
 
 def test_the_large_model_preset_sets_thousands_of_features_and_rows_and_yields_to_the_command_line():
     cfg = compose_cfg(["model=large"])
-    assert (cfg.model.hidden_dim, cfg.data.batch_size) == (4096, 16384)
-    assert cfg.data.train_size >= 8 * cfg.data.batch_size and cfg.data.val_size == cfg.data.test_size == 16384
+    assert (cfg.model.hidden_dim, cfg.data.batch_size) == (4096, 262144)
+    assert cfg.data.train_size >= 8 * cfg.data.batch_size and cfg.data.val_size == cfg.data.test_size == 262144
     validate(cfg)
     reduced = compose_cfg(["model=large", "model.hidden_dim=96", "data.batch_size=16"])
     assert (reduced.model.hidden_dim, reduced.data.batch_size, reduced.model.input_dim) == (96, 16, 64)

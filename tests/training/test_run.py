@@ -6,11 +6,13 @@ The end-to-end command, ``train.py -m norm=reference,native,triton`` on its defa
 import logging
 import math
 from dataclasses import fields
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from rmsnorm_kernel.checks.checkpoint_audit import audit_checkpoint
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops import module as norm_module
 from rmsnorm_kernel.ops.contract import MAX_N, ContractError
@@ -20,6 +22,7 @@ from rmsnorm_kernel.ops.tolerances import TOLERANCES, TRAINING_CURVE_RTOL
 from rmsnorm_kernel.training.callbacks import COMPARED, PathVerdict, parity_name, parity_tag
 from rmsnorm_kernel.training.checkpoints import read_checkpoint
 from rmsnorm_kernel.training.events import read_scalars
+from rmsnorm_kernel.training.network import build_network
 from rmsnorm_kernel.training.run import RunResult, build, failed_checks
 from tests.helpers import DEVICE, compose_cfg, train_process
 
@@ -256,11 +259,17 @@ def test_without_fallback_a_refused_shape_stops_the_run_with_the_contract_messag
         train(tmp_path, f"model.hidden_dim={MAX_N + 1}", "trainer.max_steps=3")
 
 
-@pytest.mark.parametrize("option", ["compile=true", "trainer.precision=bf16-mixed"])
+@pytest.mark.parametrize("option", ["compile=true", "trainer.precision=bf16-mixed", "trainer.precision=bf16-true"])
 @pytest.mark.parametrize("impl", IMPLS)
-def test_compile_and_mixed_precision_train_on_every_path(tmp_path, impl, option):
+def test_compile_and_reduced_precision_train_on_every_path(tmp_path, impl, option):
     result = train(tmp_path, f"norm={impl}", option)
-    assert result.ok, result.failures  # parity included: every path within the float32 tolerance of the reference
+    assert result.ok, result.failures  # parity included: every path within the tolerance of its dtype
+    if option == "trainer.precision=bf16-true":  # the whole network in bfloat16, reloaded and audited as such
+        ckpt = torch.load(result.checkpoint, map_location="cpu", weights_only=True)
+        assert ckpt["hyper_parameters"]["dtype"] == "bfloat16"
+        assert all(t.dtype == torch.bfloat16 for t in ckpt["state_dict"].values())
+        audit = audit_checkpoint(Path(result.checkpoint), build_network)
+        assert audit.ok and audit.stage == "verified", audit.detail
     assert result.metrics["parity/checks"] == len(range(0, STEPS, PARITY_EVERY))
     s = read_scalars(result.log_dir)
     assert s["calls/forward"][-1][1] == (STEPS if impl == "triton" else 0)

@@ -71,7 +71,8 @@ class Parity(L.Callback):
     parameter gradients (of the MSE loss) agree with the reference's within the tolerance of
     ``ops/tolerances.py`` for their dtype, and fails when any one of them does not, naming that path.
     The module itself, its path, weights and gradients are left as they were. The comparison runs in
-    float32, the dtype of the parameters, also when training runs in mixed precision. The Triton calls
+    the dtype of the parameters: float32, also when training runs in mixed precision, or bfloat16 under
+    ``trainer.precision=bf16-true``. The Triton calls
     it makes are counted in the module's ``calls["parity/forward"]`` and ``calls["parity/backward"]``,
     apart from the training steps' counts.
 

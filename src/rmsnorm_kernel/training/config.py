@@ -115,7 +115,8 @@ def register_configs() -> None:
 
 register_configs()
 
-PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed")
+#: Lightning's precisions this run accepts; with bf16-true the whole network holds and computes bfloat16.
+PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true")
 #: Lightning's accelerators this run can use.
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 #: Lightning's strategies this run supports: one process, or data parallelism (the data are sharded for DDP).

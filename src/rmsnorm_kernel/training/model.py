@@ -12,7 +12,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from ..ops.backend import kernel_device_type
 from ..ops.contract import ContractError, check_forward
 from ..ops.counters import call_counts
-from .network import NETWORK_KEYS, build_network
+from .network import NETWORK_KEYS, build_network, input_dtype
 
 #: Test-split rows whose outputs every checkpoint records, so an audit can re-run the saved network.
 PROBE_ROWS = 64
@@ -63,11 +63,12 @@ class RMSNormRegressor(L.LightningModule):
         eps: float,
         lr: float,
         norm_fallback: str | None = None,
+        dtype: str = "float32",
     ) -> None:
         super().__init__()
         # Logged by hand at the end of a run, with test/mse as the HPARAMS metric.
         self.save_hyperparameters(logger=False)
-        self.net = build_network(input_dim, hidden_dim, output_dim, norm_impl, eps, norm_fallback)
+        self.net = build_network(input_dim, hidden_dim, output_dim, norm_impl, eps, norm_fallback, dtype)
         self.calls = {
             "train/forward": 0,
             "train/backward": 0,
@@ -111,7 +112,7 @@ class RMSNormRegressor(L.LightningModule):
         self.calls["train/fallback"] += self.net.norm.fallback_count - fallbacks
         if self.net.norm.fallback_count > fallbacks and self.fallback_reason is None:
             self.fallback_reason = self._refusal(x)
-        loss = F.mse_loss(pred.float(), y)
+        loss = F.mse_loss(pred.float(), y.float())
         # The MSE of the global batch: under data parallelism each process holds an equal share of it.
         # (A copy: the all-reduce works in place and must not touch the loss that backward will use.)
         mse = self.trainer.strategy.reduce(loss.detach().clone(), reduce_op="mean")
@@ -226,7 +227,7 @@ class RMSNormRegressor(L.LightningModule):
             self.logger.save()  # every scalar up to this checkpoint reaches the disk with it
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if datamodule is not None:
-            x = datamodule.test.tensors[0][:PROBE_ROWS]
+            x = datamodule.test.tensors[0][:PROBE_ROWS].to(input_dtype(self.net))
             was_training = self.net.training
             self.net.eval()
             with torch.no_grad():

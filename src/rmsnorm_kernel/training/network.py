@@ -5,20 +5,29 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import torch
 from torch import nn
 
 from ..ops.module import RMSNorm
 
 #: The constructor arguments of ``build_network``, as saved in a checkpoint's hyper-parameters.
-NETWORK_KEYS = ("input_dim", "hidden_dim", "output_dim", "norm_impl", "eps", "norm_fallback")
+NETWORK_KEYS = ("input_dim", "hidden_dim", "output_dim", "norm_impl", "eps", "norm_fallback", "dtype")
 
 
 def build_network(
-    input_dim: int, hidden_dim: int, output_dim: int, norm_impl: str, eps: float, norm_fallback: str | None = None
+    input_dim: int,
+    hidden_dim: int,
+    output_dim: int,
+    norm_impl: str,
+    eps: float,
+    norm_fallback: str | None = None,
+    dtype: str = "float32",
 ) -> nn.Sequential:
     """Linear(input_dim, N) -> RMSNorm(N) -> SiLU -> Linear(N, output_dim), with N = hidden_dim; the layers
-    are named ``inp``, ``norm``, ``act`` and ``out``."""
-    return nn.Sequential(
+    are named ``inp``, ``norm``, ``act`` and ``out``. ``dtype``: of every parameter, ``"float32"`` or
+    ``"bfloat16"`` (``trainer.precision=bf16-true``); initialised in float32 and then rounded, so that both
+    dtypes start from the same draws. Its inputs must have that dtype (``input_dtype``)."""
+    net = nn.Sequential(
         OrderedDict(
             inp=nn.Linear(input_dim, hidden_dim),
             norm=RMSNorm(hidden_dim, eps=eps, impl=norm_impl, fallback=norm_fallback),
@@ -26,3 +35,9 @@ def build_network(
             out=nn.Linear(hidden_dim, output_dim),
         )
     )
+    return net.to(getattr(torch, dtype))
+
+
+def input_dtype(net: nn.Module) -> torch.dtype:
+    """The dtype a network of ``build_network`` takes its inputs in: its parameters'."""
+    return next(net.parameters()).dtype

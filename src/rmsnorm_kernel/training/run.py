@@ -58,6 +58,7 @@ from .config import ConfigError, validate
 from .data import SyntheticRegressionData
 from .events import run_event_writer, write_layout
 from .model import RMSNormRegressor, TrainingStopped
+from .network import input_dtype
 from .paths import NAME_DEFAULTS, claim_version, prepare_folder, project_path, remove_folders, run_name
 from .resume import mark_branch, mark_restart, resolve_resume
 
@@ -115,6 +116,7 @@ def build(cfg: DictConfig) -> tuple[RMSNormRegressor, SyntheticRegressionData]:
         eps=cfg.norm.eps,
         lr=cfg.model.lr,
         norm_fallback=cfg.norm.fallback,
+        dtype="bfloat16" if str(cfg.trainer.precision) == "bf16-true" else "float32",
     )
     data = SyntheticRegressionData(
         input_dim=cfg.model.input_dim,
@@ -144,7 +146,7 @@ def reload_max_abs_diff(
     worst = 0.0
     with torch.no_grad():
         for x, _ in DataLoader(data.test, batch_size=data.batch_size):  # every row, in this one process
-            x = x.to(device)
+            x = x.to(device, input_dtype(module.net))
             # .forward, not __call__: the eager network on both sides, also when training ran compiled
             a, b = module.net.forward(x), fresh.net.forward(x)
             if not torch.equal(a, b):
