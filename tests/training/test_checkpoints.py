@@ -107,6 +107,17 @@ def test_check_matches_names_the_first_mismatch(expected, message):
     check_matches("x.ckpt", FULL, {"hidden_dim": 8, "norm_impl": "triton"})  # its own: accepted
 
 
+def test_a_hyper_parameter_a_checkpoint_may_lack_takes_its_default():
+    """A checkpoint without ``dtype`` was trained in float32: it matches a float32 run and no other."""
+    from rmsnorm_kernel.training.network import NETWORK_DEFAULTS
+
+    check_matches("x.ckpt", FULL, {"dtype": "float32"}, NETWORK_DEFAULTS)
+    with pytest.raises(
+        CheckpointError, match="was trained with dtype = 'float32'; the configuration asks for 'bfloat16'"
+    ):
+        check_matches("x.ckpt", FULL, {"dtype": "bfloat16"}, NETWORK_DEFAULTS)
+
+
 def test_a_full_disk_raises_the_oserror_naming_the_checkpoint_and_keeps_the_previous_file(tmp_path, monkeypatch):
     import errno
 

@@ -118,9 +118,10 @@ def read_checkpoint(path: str | os.PathLike, required: tuple[str, ...] = REQUIRE
     return ckpt
 
 
-def check_matches(path: str | os.PathLike, ckpt: dict, expected: dict) -> None:
-    """The checkpoint's hyper-parameters must be those of the configured network; name the first mismatch."""
-    hp = ckpt["hyper_parameters"]
+def check_matches(path: str | os.PathLike, ckpt: dict, expected: dict, defaults: dict | None = None) -> None:
+    """The checkpoint's hyper-parameters must be those of the configured network; name the first mismatch.
+    ``defaults``: the value of each hyper-parameter a checkpoint may lack."""
+    hp = {**(defaults or {}), **ckpt["hyper_parameters"]}
     for key, want in expected.items():
         if key not in hp:
             raise CheckpointError(f"checkpoint {path} is not from this project's network (no hyper-parameter {key!r})")

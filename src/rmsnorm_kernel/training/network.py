@@ -12,6 +12,8 @@ from ..ops.module import RMSNorm
 
 #: The constructor arguments of ``build_network``, as saved in a checkpoint's hyper-parameters.
 NETWORK_KEYS = ("input_dim", "hidden_dim", "output_dim", "norm_impl", "eps", "norm_fallback", "dtype")
+#: Of those, the ones a checkpoint may lack, with the value it was then trained with.
+NETWORK_DEFAULTS = {"dtype": "float32"}
 
 
 def build_network(

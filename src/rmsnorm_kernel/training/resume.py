@@ -30,6 +30,7 @@ from .checkpoints import CheckpointError, check_matches, checkpoint_steps, read_
 from .data import SyntheticRegressionData
 from .events import run_event_writer
 from .model import RMSNormRegressor
+from .network import NETWORK_DEFAULTS
 from .paths import project_path, run_name
 
 
@@ -56,7 +57,7 @@ def furthest_step(folder: Path) -> float:
 def checked(path: Path, module: RMSNormRegressor, data: SyntheticRegressionData) -> dict:
     """The checkpoint at ``path``, if it holds this configuration's network, norm path and data."""
     ckpt = read_checkpoint(path)
-    check_matches(path, ckpt, dict(module.hparams))
+    check_matches(path, ckpt, dict(module.hparams), NETWORK_DEFAULTS)
     data_hp = ckpt.get("datamodule_hyper_parameters")
     if data_hp is not None:
         check_matches(path, {"hyper_parameters": data_hp}, dict(data.hparams))
