@@ -3,8 +3,9 @@
 The Triton path (``rmsnorm``) and its peers, by the names of ``IMPLS``: the eager reference,
 ``torch.nn.functional.rms_norm``, ``torch.compile`` of the reference (compiled afresh each time
 ``make_impl`` is asked, with ``dynamic=False`` after ``torch.compiler.reset()``, so that no recompile limit
-ever sends it back to eager code) and Liger-Kernel's ``LigerRMSNormFunction`` with its own defaults
-(``LIGER_SETTINGS``) when it can be imported. ``make_call`` makes one whole call of an implementation in
+ever sends it back to eager code), Liger-Kernel's ``LigerRMSNormFunction`` with its own defaults
+(``LIGER_SETTINGS``) when it can be imported, and ``seed``: the one-program-per-row kernel a newcomer
+writes first (``seed_kernel.py``). ``make_call`` makes one whole call of an implementation in
 one direction (``MODES``); ``parse_impls`` reads an ``--impls`` option; ``versions`` names the software
 measured.
 """
@@ -20,13 +21,15 @@ import torch
 from rmsnorm_kernel.ops.op import rmsnorm
 from rmsnorm_kernel.ops.reference import DEFAULT_EPS, rmsnorm_reference
 
+from .seed_kernel import seed_rmsnorm
+
 EPS = DEFAULT_EPS
 FWD, FWD_BWD = "fwd", "fwd+bwd"
 MODES = (FWD, FWD_BWD)
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
-IMPLS = ("triton", "reference", "F.rms_norm", "compile", "liger")
+IMPLS = ("triton", "reference", "F.rms_norm", "compile", "liger", "seed")
 #: Liger-Kernel's own defaults, used as they are: the comparison is against what users already have.
 LIGER_SETTINGS = {"offset": 0.0, "casting_mode": "llama", "in_place": True}
 
@@ -77,6 +80,8 @@ def make_impl(name: str, device: str) -> ForwardFn | None:
         return torch.compile(lambda x, g: rmsnorm_reference(x, g, EPS), dynamic=False)
     if name == "liger":
         return _liger_fn() if device == "cuda" else None
+    if name == "seed":
+        return lambda x, g: seed_rmsnorm(x, g, EPS)
     raise ValueError(f"benchmark: impl is {name!r}; accepted: {', '.join(IMPLS)}")
 
 

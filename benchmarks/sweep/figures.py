@@ -25,6 +25,7 @@ SWEEP_COLORS = {
     "F.rms_norm": "tab:green",
     "liger": "tab:purple",
     "reference": "tab:gray",
+    "seed": "tab:olive",
 }
 SWEEP_MARKERS = {"bfloat16": "o", "float16": "^", "float32": "s"}
 SWEEP_PANELS = (

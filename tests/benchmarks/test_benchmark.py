@@ -165,7 +165,7 @@ def test_without_a_gpu_the_command_runs_a_correctness_smoke(tmp_path, capsys):
     assert f"figure {tmp_path / 'figures' / FIGURE}: skipped" in out.out
     data = json.loads((tmp_path / "benchmark.json").read_text())
     assert data["timed"] is False and data["ceiling_tbps"] is None
-    assert {r["impl"] for r in data["results"]} == {"triton", "reference", "F.rms_norm"}
+    assert {r["impl"] for r in data["results"]} == {"triton", "reference", "F.rms_norm", "seed"}
     assert {(r["shape"], r["dtype"]) for r in data["results"]} == {("4x257", "float32"), ("3x33", "bfloat16")}
     assert all(r["ok"] and r["events_us"] is None for r in data["results"])
     assert not (tmp_path / "figures" / FIGURE).exists()

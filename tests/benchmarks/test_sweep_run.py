@@ -75,10 +75,10 @@ def test_a_tiny_sweep_writes_its_run_file_and_merges_it(tmp_path, capsys):
     assert "correctness only" in err and "## Worst ratios" in out
     run = json.loads((tmp_path / "benchmark-sweep.run.json").read_text())
     assert run["kind"] == sr.RUN_KIND and run["complete"] and run["timed"] is False and run["ceilings"] == []
-    assert run["impls"] == ["triton", "reference", "F.rms_norm"] and run["skipped_done"] == 0
+    assert run["impls"] == ["triton", "reference", "F.rms_norm", "seed"] and run["skipped_done"] == 0
     merged = json.loads((tmp_path / sr.MERGED_JSON).read_text())
     assert merged["missing"] == [] and len(merged["runs"]) == 1
-    assert {r["impl"] for r in merged["rows"]} == {"triton", "reference", "F.rms_norm"}
+    assert {r["impl"] for r in merged["rows"]} == {"triton", "reference", "F.rms_norm", "seed"}
     assert all(r["ok"] for r in merged["rows"])
     assert sum(r["repeat"] == 0 for r in merged["rows"]) == 4 * 3 * 2  # four points, three impls, two directions
     assert sum(r["repeat"] == 1 for r in merged["rows"]) == 1 * 3 * 2  # the noise point, measured again
