@@ -80,8 +80,8 @@ def test_a_tiny_sweep_writes_its_run_file_and_merges_it(tmp_path, capsys):
     assert merged["missing"] == [] and len(merged["runs"]) == 1
     assert {r["impl"] for r in merged["rows"]} == {"triton", "reference", "F.rms_norm", "seed"}
     assert all(r["ok"] for r in merged["rows"])
-    assert sum(r["repeat"] == 0 for r in merged["rows"]) == 4 * 3 * 2  # four points, three impls, two directions
-    assert sum(r["repeat"] == 1 for r in merged["rows"]) == 1 * 3 * 2  # the noise point, measured again
+    assert sum(r["repeat"] == 0 for r in merged["rows"]) == 4 * 4 * 2  # four points, four impls, two directions
+    assert sum(r["repeat"] == 1 for r in merged["rows"]) == 1 * 4 * 2  # the noise point, measured again
     assert (tmp_path / sr.MERGED_MD).read_text().startswith("# Benchmark sweep")
     assert not (tmp_path / "figures" / sf.FIGURE).exists()  # no timings: no figure
     # --merge alone, no GPU needed: every run file of --outputs by default, the same merged rows
