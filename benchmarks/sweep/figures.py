@@ -32,6 +32,8 @@ SWEEP_PANELS = (
     ("large", "sweep", "large regime (x of 512 MiB)"),
     ("mid", "sweep", "mid regime (x of 32 MiB)"),
     ("large", "outside", "outside the sweep (large regime)"),
+    ("act128", "narrow", "narrow rows (x of 128 MiB)"),
+    ("act256", "activation", "activation-sized (x of 256 MiB)"),
 )
 
 

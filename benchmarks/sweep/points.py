@@ -8,8 +8,18 @@
 - shapes outside the sweep (``outside``, large regime): N = 3000, 6244 and 12295 between its points, and
   24576, 32768 and 65536 above it, so that a launch plan fitted to the sweep's points alone is caught;
 - the benchmark's small shapes (``benchmark.SMALL_SHAPES``), except one the sweep holds;
-- each point's split: ``fit`` when it is a sweep point whose N is an even multiple of 512, the points a
-  launch plan may be fitted on; ``report`` for every other point;
+- the shapes users run beyond those (their ``origin`` names them; bfloat16):
+  - ``narrow``: rows of a per-head q/k norm or a small model, N = 64 to 1024 in steps of 64 and 96, 192,
+    320, x of 128 MiB (regime ``act128``); float32 too at N = 128 and 256;
+  - ``activation``: x of 64, 128 and 256 MiB (regimes ``act64``, ``act128``, ``act256``), a batch of
+    tokens at the hidden sizes of current models, N = 1024 to 16384;
+  - ``batch``: small batches, 64 to 2048 rows at N = 256 to 16384 (regime ``batch``, no copy ceiling:
+    their target is the fastest peer alone);
+  - ``wide``: rows of 20480, 40960 and 49152 in the large regime, between the outside shapes above 16384;
+- each point's split: ``fit``, the points a launch plan may be fitted on, or ``report``, the points it is
+  judged on: a sweep point is ``fit`` when its N is an even multiple of 512; a narrow one when N is a
+  multiple of 128; an activation one at 64 and 256 MiB; a batch one at 64 and 1024 rows; every other
+  point (outside, small, wide, and the rest of each family) is ``report``;
 - the noise points (``NOISE``), measured again at the end of every run: their spread is the noise the
   report states;
 - ``--shapes tiny``: four tiny points, small enough for Triton's interpreter.
@@ -33,7 +43,8 @@ OTHER_DTYPES = ("float16", "float32")
 #: float16 and float32 at sorted-N positions 3, 7, 11...: 2048 and 4096 among them, five even and three
 #: odd multiples of 512, so both splits have points in every dtype.
 OTHER_DTYPE_EVERY, OTHER_DTYPE_OFFSET = 4, 3
-REGIME_BYTES = {"large": 512 * MiB, "mid": 32 * MiB}
+REGIME_BYTES = {"large": 512 * MiB, "mid": 32 * MiB, "act64": 64 * MiB, "act128": 128 * MiB, "act256": 256 * MiB}
+SWEEP_REGIMES = ("large", "mid")
 OUTSIDE_REGIME = "large"
 #: (N, dtype) outside the sweep: between its points (6244 = 6144 + 100, 12295 = 12288 + 7) and above it.
 OUTSIDE: tuple[tuple[int, str], ...] = (
@@ -45,6 +56,16 @@ OUTSIDE: tuple[tuple[int, str], ...] = (
     (65536, "bfloat16"),
     (24576, "float32"),
 )
+NARROW_N = tuple(sorted({*range(64, 1025, 64), 96, 192, 320}))
+NARROW_FLOAT32_N = (128, 256)
+NARROW_REGIME = "act128"
+ACTIVATION_N = (1024, 2048, 4096, 5120, 8192, 16384)
+ACTIVATION_REGIMES = ("act64", "act128", "act256")
+BATCH_ROWS = (64, 256, 1024, 2048)
+BATCH_N = (256, 1024, 4096, 16384)
+WIDE_N = (20480, 40960, 49152)
+#: Where points come from, in the order they are measured; ``--origins`` picks some.
+ORIGINS = ("sweep", "outside", "small", "narrow", "activation", "batch", "wide")
 #: (regime, dtype, N): measured again at the end of every run; their spread is the stated noise.
 NOISE: tuple[tuple[str, str, int], ...] = (
     ("large", "bfloat16", 4096),
@@ -68,8 +89,8 @@ def itemsize(dtype: str) -> int:
 
 @dataclass(frozen=True)
 class Point:
-    regime: str  # "large", "mid", "small" or "tiny"
-    origin: str  # "sweep", "outside", "small" or "tiny"
+    regime: str  # a key of REGIME_BYTES, "small", "batch" or "tiny"
+    origin: str  # one of ORIGINS, or "tiny"
     M: int
     N: int
     dtype: str
@@ -80,8 +101,14 @@ class Point:
 
     @property
     def split(self) -> str:
-        """``fit``: a sweep point (or its tiny stand-in) whose N is an even multiple of 512; else ``report``."""
-        fit = self.origin in ("sweep", "tiny") and self.N % (2 * GRID_STEP) == 0
+        """``fit`` or ``report``, by the rules of the module's doc."""
+        fit = {
+            "sweep": self.N % (2 * GRID_STEP) == 0,
+            "tiny": self.N % (2 * GRID_STEP) == 0,
+            "narrow": self.N % 128 == 0,
+            "activation": self.regime in ("act64", "act256"),
+            "batch": self.M in (64, 1024),
+        }.get(self.origin, False)
         return "fit" if fit else "report"
 
     @property
@@ -111,7 +138,8 @@ def sweep_points(shapes: str = "sweep") -> list[Point]:
     if shapes != "sweep":
         raise ValueError(f"sweep: shapes is {shapes!r}; accepted: {', '.join(SHAPES)}")
     points = []
-    for regime, nbytes in REGIME_BYTES.items():
+    for regime in SWEEP_REGIMES:
+        nbytes = REGIME_BYTES[regime]
         for i, n in enumerate(sweep_ns()):
             points += [Point(regime, "sweep", rows_for(nbytes, n, dt), n, dt) for dt in dtypes_at(i)]
     points += [
@@ -119,6 +147,19 @@ def sweep_points(shapes: str = "sweep") -> list[Point]:
     ]
     held = {(p.M, p.N, p.dtype) for p in points}
     points += [Point("small", "small", m, n, dt) for m, n, dt in SMALL_SHAPES if (m, n, dt) not in held]
+    narrow = [(n, "bfloat16") for n in NARROW_N] + [(n, "float32") for n in NARROW_FLOAT32_N]
+    nbytes = REGIME_BYTES[NARROW_REGIME]
+    points += [Point(NARROW_REGIME, "narrow", rows_for(nbytes, n, dt), n, dt) for n, dt in narrow]
+    held = {(p.M, p.N, p.dtype) for p in points}
+    for regime in ACTIVATION_REGIMES:
+        points += [
+            Point(regime, "activation", m, n, "bfloat16")
+            for n in ACTIVATION_N
+            if (m := rows_for(REGIME_BYTES[regime], n, "bfloat16"), n, "bfloat16") not in held
+        ]
+    points += [Point("batch", "batch", m, n, "bfloat16") for m in BATCH_ROWS for n in BATCH_N]
+    large = REGIME_BYTES["large"]
+    points += [Point("large", "wide", rows_for(large, n, "bfloat16"), n, "bfloat16") for n in WIDE_N]
     return points
 
 

@@ -5,7 +5,8 @@
 the first run's rows as its measurement and counts the others as repeats. ``markdown`` writes the report
 beside the merged JSON:
 
-- **worst ratios**, per regime, split (fit, report) or origin (outside, small) and direction: Triton's
+- **worst ratios**, per regime, group (the split of the sweep's own points, fit or report; else the origin,
+  with its split for the families that have one: ``group_of``) and direction: Triton's
   speed against the fastest correct peer at the same point (the peer's time divided by Triton's, so
   below 1 means Triton is slower), by GPU time and by whole call, and Triton's bandwidth as a share of
   the copy ceiling measured in the same run (GPU time);
@@ -14,8 +15,11 @@ beside the merged JSON:
   largest GPU-time spread;
 - **targets** (``targets``), each with its misses listed: forward at ``TARGET_PCT`` of the copy ceiling
   or more, and forward + backward likewise, at N in ``TARGET_N_RANGE`` (large regime); at least as fast
-  as the fastest peer at every sweep point and every shape outside it (within the noise); a host time
-  per call at most ``HOST_RATIO_LIMIT`` times ``F.rms_norm``'s; the Triton path right everywhere.
+  as the fastest peer at every sweep point and every shape outside it (within the noise); on
+  activation-sized inputs (x of ``ACTIVATION_BYTES`` or more: the large and ``act*`` regimes), each of
+  ``ACTIVATION_TARGETS``; at least as fast as the fastest peer at every point of the other origins
+  (narrow, activation, batch, wide, small); a host time per call at most ``HOST_RATIO_LIMIT`` times
+  ``F.rms_norm``'s; the Triton path right everywhere.
 """
 
 from __future__ import annotations
@@ -28,14 +32,32 @@ from pathlib import Path
 from ..common import write_json
 from ..impls import FWD, FWD_BWD, MODES
 from .measure import best_ceilings
-from .points import definition_hash, sweep_points
+from .points import REGIME_BYTES, definition_hash, sweep_points
 
 TARGET_PCT = {FWD: 92.0, FWD_BWD: 85.0}
 TARGET_N_RANGE = (2048, 16384)
 HOST_PEER, HOST_RATIO_LIMIT = "F.rms_norm", 1.5
 DIRECTION = {FWD: "forward", FWD_BWD: "forward + backward"}
-REGIME_ORDER = ("large", "mid", "small", "tiny")
-GROUP_ORDER = ("fit", "report", "outside", "small")
+#: x of at least this many bytes is activation-sized: its share of the copy ceiling is a target.
+ACTIVATION_BYTES = 64 << 20
+#: (direction, lowest N, highest N, % of the copy ceiling) on activation-sized inputs.
+ACTIVATION_TARGETS = ((FWD, 512, 65536, 90.0), (FWD_BWD, 512, 16384, 85.0), (FWD_BWD, 16385, 65536, 80.0))
+REGIME_ORDER = ("large", "mid", "act64", "act128", "act256", "batch", "small", "tiny")
+GROUP_ORDER = (
+    "fit",
+    "report",
+    "outside",
+    "wide",
+    "narrow fit",
+    "narrow report",
+    "activation fit",
+    "activation report",
+    "batch fit",
+    "batch report",
+    "small",
+)
+#: The families of points whose own split (fit, report) the report keeps apart.
+SPLIT_ORIGINS = ("narrow", "activation", "batch")
 MERGED_JSON, MERGED_MD = "benchmark-sweep.json", "benchmark-sweep.md"
 RUN_KIND, MERGED_KIND = "benchmark-sweep-run", "benchmark-sweep"
 
@@ -59,8 +81,12 @@ def load_runs(paths: Iterable[Path]) -> list[dict]:
 
 
 def group_of(row: dict) -> str:
-    """fit or report for the sweep's own points, else where the point comes from (outside, small)."""
-    return row["split"] if row.get("origin") in ("sweep", "tiny") else row.get("origin", "?")
+    """fit or report for the sweep's own points; for the other families, where the point comes from, and
+    its split where the family has one (``SPLIT_ORIGINS``)."""
+    origin = row.get("origin", "?")
+    if origin in ("sweep", "tiny"):
+        return row["split"]
+    return f"{origin} {row['split']}" if origin in SPLIT_ORIGINS else origin
 
 
 def merge(runs: Sequence[dict]) -> dict:
@@ -338,6 +364,28 @@ def targets(ratios: Sequence[dict], noise: float | None) -> list[dict]:
         "shapes outside the sweep (between its points and N > 16384): at least as fast as the fastest peer "
         "(GPU time, within the noise)",
         [r for r in ratios if r["origin"] == "outside"],
+        vs_peer,
+    )
+
+    activation = [r for r in ratios if REGIME_BYTES.get(r["regime"], 0) >= ACTIVATION_BYTES]
+    for mode, lo_n, hi_n, limit in ACTIVATION_TARGETS:
+
+        def share_at(rec, limit=limit):
+            v = rec.get("pct_of_ceiling")
+            if v is None:
+                return _miss(rec, None, "no GPU time" if rec.get("ok") else f"wrong result: {rec.get('detail')}")
+            return True if v >= limit else _miss(rec, v, f"{v:.1f}% of the copy ceiling, under {limit:.0f}%")
+
+        add(
+            f"{DIRECTION[mode]} ≥ {limit:.0f}% of the copy ceiling at N {lo_n}-{hi_n}, x of "
+            f"{ACTIVATION_BYTES >> 20} MiB or more (GPU time)",
+            [r for r in activation if r["mode"] == mode and lo_n <= r["N"] <= hi_n],
+            share_at,
+        )
+    add(
+        "the shapes users run beyond the sweep (narrow rows, activation-sized x, small batches, wide rows, the "
+        "benchmark's small shapes): at least as fast as the fastest peer (GPU time, within the noise)",
+        [r for r in ratios if r["origin"] in ("narrow", "activation", "batch", "wide", "small")],
         vs_peer,
     )
 

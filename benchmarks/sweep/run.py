@@ -36,6 +36,7 @@ is a finding in its row, not a failure of the run.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as _dt
 import platform
@@ -59,7 +60,7 @@ from ..timing import Timer, no_timer
 from . import figures, report
 from .measure import GPU_REP_MS, WHOLE_BUDGET_S, CudaTimers, Row, apply_ceilings, measure_ceiling, measure_point
 from .measure import protocol as measure_protocol
-from .points import REGIME_BYTES, SHAPES, Point, definition_hash, noise_points, sweep_points
+from .points import ORIGINS, REGIME_BYTES, SHAPES, Point, definition_hash, noise_points, sweep_points
 
 MiB = 1 << 20
 RUN_STEM = "benchmark-sweep.run"
@@ -229,8 +230,9 @@ def merge_files(paths: Sequence[Path], outputs: Path) -> int:
 def build_parser() -> OneLineParser:
     parser = OneLineParser(
         prog="python -m benchmarks.sweep",
-        description="The Triton RMSNorm and its peers over hidden sizes, in two regimes, checked against the "
-        "oracle and timed two ways (whole call, CUDA-graph replays).",
+        description="The Triton RMSNorm and its peers over hidden sizes and the shapes users run (narrow rows, "
+        "activation-sized x, small batches, wide rows), checked against the oracle and timed two ways (whole "
+        "call, CUDA-graph replays).",
     )
     parser.add_argument(
         "--shapes",
@@ -254,6 +256,13 @@ def build_parser() -> OneLineParser:
         default=[],
         metavar="FILE",
         help="run files of earlier runs: the points they measured are not measured again (and are merged)",
+    )
+    parser.add_argument(
+        "--origins",
+        type=parse_origins,
+        default=list(ORIGINS),
+        help=f"measure only the points of these origins, a comma-separated subset of {','.join(ORIGINS)} "
+        "(default: all); the others stay to do, for a later run with --skip-done",
     )
     parser.add_argument("--no-noise", action="store_true", help="skip the noise repeats at the end of the run")
     parser.add_argument(
@@ -279,13 +288,25 @@ def build_parser() -> OneLineParser:
     return parser
 
 
-def print_plan(points: list[Point], todo: list[Point], repeats: list[Point], impls: list[str]) -> None:
+def parse_origins(text: str) -> list[str]:
+    """``--origins``: comma-separated names of ``ORIGINS``, at least one (an argparse ``type``)."""
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in names if s not in ORIGINS]
+    if unknown or not names:
+        what = f"unknown {', '.join(unknown)}" if unknown else f"{text!r} names no origin"
+        raise argparse.ArgumentTypeError(f"{what}; accepted: a comma-separated subset of {','.join(ORIGINS)}")
+    return names
+
+
+def print_plan(points: list[Point], todo: list[Point], repeats: list[Point], impls: list[str], done: int = 0) -> None:
     splits = {s: sum(p.split == s for p in points) for s in ("fit", "report")}
     compiles = 2 * (len(todo) + len(repeats)) if "compile" in impls else 0
+    left = len(points) - done - len(todo)
     print(
         f"sweep: {len(points)} points ({splits['fit']} fit, {splits['report']} report), "
-        f"{len(points) - len(todo)} already done; this run: {len(todo)} point(s) + {len(repeats)} noise repeat(s), "
+        f"{done} already done; this run: {len(todo)} point(s) + {len(repeats)} noise repeat(s), "
         f"impls {','.join(impls)}, {compiles} torch.compile graphs"
+        + (f"; {left} point(s) of other origins left for another run" if left else "")
     )
     for pt in todo:
         print(f"  {pt.id:26s} {pt.split:6s} {pt.origin:7s} {pt.x_bytes / MiB:8.1f} MiB")
@@ -318,10 +339,10 @@ def run(args) -> int:
         earlier, done = read_done(args.skip_done, args.shapes, definition)
     except UsageError as exc:
         return _usage(str(exc))
-    todo = [pt for pt in points if pt.id not in done]
+    todo = [pt for pt in points if pt.id not in done and (pt.origin in args.origins or args.shapes == "tiny")]
     repeats = [] if args.no_noise else noise_points(points, args.shapes)
     if args.plan:  # what a GPU run would do; nothing runs, on any machine
-        print_plan(points, todo, repeats, impls)
+        print_plan(points, todo, repeats, impls, len(done))
         return 0
     cuda = backend() == CUDA
     if not cuda and (args.shapes != "tiny" or args.require_gpu):
@@ -332,7 +353,7 @@ def run(args) -> int:
     if not cuda:
         impls = [i for i in impls if i not in ("compile", "liger")]
         print("sweep: no CUDA GPU: correctness only, through Triton's interpreter; nothing is timed.", file=sys.stderr)
-    print_plan(points, todo, repeats, impls)
+    print_plan(points, todo, repeats, impls, len(done))
     device = "cuda" if cuda else "cpu"
     device_name = torch.cuda.get_device_name() if cuda else (platform.processor() or "cpu")
     timer = CudaTimers(args.whole_ms / 1e3, args.rep_ms) if cuda else no_timer
@@ -340,7 +361,7 @@ def run(args) -> int:
         shapes=args.shapes,
         definition=definition,
         points=len(points),
-        skipped_done=len(points) - len(todo),
+        skipped_done=len(done),
         impls=impls,
         timed=cuda,
         device=device_name,

@@ -51,12 +51,18 @@ def test_each_regime_holds_its_bytes_in_x():
         "mid:float32:2048x4096",
         "large:bfloat16:4096x65536",
     } <= set(by_id)
-    assert sp.REGIME_BYTES == {"large": 512 * MiB, "mid": 32 * MiB}
+    assert sp.REGIME_BYTES == {
+        "large": 512 * MiB,
+        "mid": 32 * MiB,
+        "act64": 64 * MiB,
+        "act128": 128 * MiB,
+        "act256": 256 * MiB,
+    }
 
 
 def test_point_counts_outside_shapes_and_small_shapes():
     points = sp.sweep_points()
-    assert len(points) == len({p.id for p in points}) == 109
+    assert len(points) == len({p.id for p in points}) == 109 + 55
     count = lambda **kw: sum(all(getattr(p, k) == v for k, v in kw.items()) for p in points)  # noqa: E731
     assert count(regime="large", origin="sweep") == count(regime="mid", origin="sweep") == 34 + 8 + 8
     outside = [(p.N, p.dtype, p.regime) for p in points if p.origin == "outside"]
@@ -77,13 +83,35 @@ def test_point_counts_outside_shapes_and_small_shapes():
 
 def test_fit_split_is_the_even_multiples_of_512_within_the_sweep():
     points = sp.sweep_points()
-    fit = [p for p in points if p.split == "fit"]
-    assert all(p.origin == "sweep" and p.N % 1024 == 0 for p in fit)
+    fit = [p for p in points if p.split == "fit" and p.origin == "sweep"]
+    assert all(p.N % 1024 == 0 for p in fit)
     assert len(fit) == 2 * (16 + 5 + 5)  # per regime: bfloat16 at 1024..16384 step 1024, and 5 N of each other dtype
     assert sp.Point("large", "sweep", 1, 1536, "bfloat16").split == "report"  # an odd multiple
     assert sp.Point("large", "sweep", 1, 4097, "bfloat16").split == "report"
     assert sp.Point("large", "outside", 1, 32768, "bfloat16").split == "report"  # even, but outside the sweep
-    assert sum(p.split == "report" for p in points) == 109 - 52
+    assert sum(p.split == "report" for p in points if p.origin in ("sweep", "outside", "small")) == 109 - 52
+
+
+def test_the_shapes_users_run_narrow_activation_batch_and_wide():
+    points = sp.sweep_points()
+    of = lambda origin: [p for p in points if p.origin == origin]  # noqa: E731
+    narrow = of("narrow")
+    assert [p.N for p in narrow if p.dtype == "bfloat16"] == [64, 96, 128, 192, 256, 320, *range(384, 1025, 64)]
+    assert [p.N for p in narrow if p.dtype == "float32"] == [128, 256]
+    assert {p.regime for p in narrow} == {"act128"} and "act128:bfloat16:524288x128" in {p.id for p in narrow}
+    assert {p.N for p in narrow if p.split == "fit"} == set(range(128, 1025, 128))  # the rest is judged on
+    activation = of("activation")
+    # 18 (N, size) pairs less act128 at N = 1024, which the narrow rows hold already
+    assert len(activation) == 17 and "act256:bfloat16:32768x4096" in {p.id for p in activation}
+    assert {p.regime for p in activation if p.split == "fit"} == {"act64", "act256"}
+    batch = of("batch")
+    assert {(p.M, p.N) for p in batch} == {(m, n) for m in (64, 256, 1024, 2048) for n in (256, 1024, 4096, 16384)}
+    assert {p.M for p in batch if p.split == "fit"} == {64, 1024} and {p.regime for p in batch} == {"batch"}
+    assert [(p.N, p.regime, p.split) for p in of("wide")] == [
+        (20480, "large", "report"),
+        (40960, "large", "report"),
+        (49152, "large", "report"),
+    ]
 
 
 def test_noise_points_are_sweep_points():

@@ -182,6 +182,11 @@ def test_targets_and_their_misses_from_hand_written_rows():
         "forward + backward ≥ 85% of the copy ceiling at N 2048-16384 (large regime, every dtype, GPU time)",
         "every sweep point, both regimes",
         "shapes outside the sweep (between its points and N > 16384)",
+        "forward ≥ 90% of the copy ceiling at N 512-65536, x of 64 MiB or more (GPU time)",
+        "forward + backward ≥ 85% of the copy ceiling at N 512-16384, x of 64 MiB or more (GPU time)",
+        "forward + backward ≥ 80% of the copy ceiling at N 16385-65536, x of 64 MiB or more (GPU time)",
+        "the shapes users run beyond the sweep (narrow rows, activation-sized x, small batches, wide rows, the "
+        "benchmark's small shapes)",
         "host time per call at most 1.5x F.rms_norm's (whole call)",
         "the Triton path is right at every point (float64 oracle)",
     ]
@@ -190,7 +195,13 @@ def test_targets_and_their_misses_from_hand_written_rows():
         A
     ]  # 90% < 92%; C's N is 1536
     assert (fwd_bwd["checked"], fwd_bwd["met"]) == (2, 2)  # 86% and 88% >= 85%
-    peers, outside, host, right = targets[2], targets[3], targets[4], targets[5]
+    peers, outside, host, right = targets[2], targets[3], targets[8], targets[9]
+    # every point here is activation-sized (512 MiB): A 90, B 96, C 80, D 93 forward; C misses 90%
+    act_fwd, act_fwd_bwd, act_wide, beyond = targets[4], targets[5], targets[6], targets[7]
+    assert (act_fwd["checked"], act_fwd["met"]) == (4, 3) and [m["point"] for m in act_fwd["misses"]] == [C]
+    assert (act_fwd_bwd["checked"], act_fwd_bwd["met"]) == (3, 2)  # A 86, B 88 >= 85; C 75
+    assert (act_wide["checked"], act_wide["met"]) == (1, 1)  # D, N = 32768: 80 >= 80
+    assert beyond["checked"] == 0  # no point of those origins here
     # A fwd 0.93 and C fwd 0.97 are slower than a peer, but within the stated noise of 10%
     assert (peers["checked"], peers["met"], peers["within_noise"], peers["misses"]) == (6, 6, 2, [])
     assert (outside["checked"], outside["met"], outside["within_noise"]) == (2, 2, 1)  # D fwd+bwd 0.99

@@ -46,11 +46,22 @@ def run_main(capsys, *argv) -> tuple[int, str, str]:
 # The plan and the runs
 
 
+def test_origins_picks_the_points_a_run_measures_and_leaves_the_rest_to_do(capsys):
+    rc, out, _ = run_main(capsys, "--plan", "--no-noise", "--origins", "narrow,batch")
+    assert rc == 0
+    assert "this run: 35 point(s) + 0 noise repeat(s)" in out  # 19 narrow, 16 batch
+    assert "; 129 point(s) of other origins left for another run" in out
+    listed = [line.split()[2] for line in out.splitlines() if line.startswith("  ")]
+    assert len(listed) == 35 and set(listed) == {"narrow", "batch"}
+    rc, _, err = run_main(capsys, "--plan", "--origins", "narrow,qk")
+    assert rc == 2 and "unknown qk; accepted: a comma-separated subset of sweep,outside,small," in err
+
+
 def test_plan_lists_the_points_and_the_compiles_on_any_machine(capsys):
     rc, out, _ = run_main(capsys, "--plan")
     assert rc == 0
-    assert "109 points (52 fit, 57 report), 0 already done" in out
-    assert "this run: 109 point(s) + 4 noise repeat(s)" in out and "226 torch.compile graphs" in out
+    assert "164 points (82 fit, 82 report), 0 already done" in out
+    assert "this run: 164 point(s) + 4 noise repeat(s)" in out and "336 torch.compile graphs" in out
     assert out.count(" noise repeat\n") == 4 and "  large:bfloat16:65536x4096  fit    sweep      512.0 MiB\n" in out
     rc, out, _ = run_main(capsys, "--plan", "--no-noise", "--impls", "triton,F.rms_norm")
     assert rc == 0 and "+ 0 noise repeat(s), impls triton,F.rms_norm, 0 torch.compile graphs" in out
@@ -154,9 +165,9 @@ def test_exit_status_of_a_run_on_a_gpu(tmp_path, capsys, monkeypatch, ok, timed,
     assert rc == status
     assert says is None or says in out
     run = json.loads((tmp_path / "benchmark-sweep.run.json").read_text())
-    assert len(run["rows"]) == 109 * 2 * 2 and run["timed"] and run["device"] == "fake GPU"
+    assert len(run["rows"]) == 164 * 2 * 2 and run["timed"] and run["device"] == "fake GPU"
     assert {(c["regime"], c["when"]) for c in run["ceilings"]} == {
-        (regime, when) for regime in ("large", "mid") for when in ("start", "end")
+        (regime, when) for regime in ("large", "mid", "act64", "act128", "act256") for when in ("start", "end")
     }  # the small points are no regime of their own
 
 
