@@ -83,7 +83,7 @@ def test_fallback_is_off_by_default(device):
 
 
 def test_fallback_sends_refused_inputs_to_the_reference_counts_them_and_logs_once(device, caplog):
-    norm = RMSNorm(8, fallback="reference").to(device)
+    norm = RMSNorm(8, eps=1e-6, fallback="reference").to(device)
     x = torch.randn(3, 8, device=device)
     columns = torch.randn(8, 3, device=device).t()  # rows are not contiguous: refused by the contract
     before = call_counts()
@@ -113,7 +113,7 @@ def test_fallback_leaves_an_x_without_rows_on_the_triton_path(device, caplog):
 
 def test_fallback_covers_rows_longer_than_the_kernels_take(device):
     n = MAX_N + 1
-    norm = RMSNorm(n, fallback="reference").to(device)
+    norm = RMSNorm(n, eps=1e-6, fallback="reference").to(device)
     x = torch.randn(1, n, device=device)
     assert compare(norm(x), rmsnorm_reference(x, norm.weight)).ok
     assert norm.fallback_count == 1

@@ -1,8 +1,10 @@
-"""``RMSNorm``: an ``nn.Module`` with a learnable scale that runs the Triton path, the reference or ``F.rms_norm``."""
+"""``RMSNorm``: ``torch.nn.RMSNorm``'s interface, computed by the Triton path, the reference or ``F.rms_norm``."""
 
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 
 import torch
 import torch.nn.functional as F
@@ -11,76 +13,197 @@ from torch import nn
 from .contract import ContractError, check_forward
 from .impls import FALLBACKS, IMPLS
 from .op import rmsnorm
-from .reference import DEFAULT_EPS, rmsnorm_reference
+from .reference import rmsnorm_reference
 
 log = logging.getLogger("rmsnorm_kernel")
 
 
-class RMSNorm(nn.Module):
-    """RMSNorm over the last dimension, ``y = x * rsqrt(mean(x^2) + eps) * weight``.
+def default_eps(dtype: torch.dtype) -> float:
+    """The eps that ``torch.nn.RMSNorm(eps=None)`` uses for an x of ``dtype``: the machine epsilon of the
+    type the computation runs in (float64 for float64, float32 for float32, float16 and bfloat16), not of
+    ``dtype`` itself. Half formats are computed in float32 by every path, so their eps is float32's too."""
+    return torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps
 
-    ``impl`` picks the computation only (``impls.IMPLS``): ``"triton"`` (the kernels), ``"reference"``
-    (the oracle) or ``"native"`` (``torch.nn.functional.rms_norm``). Every path creates the same
-    parameter the same way and draws nothing from the random generator, so swapping paths never
+
+class RMSNorm(nn.Module):
+    """``y = x * rsqrt(mean(x^2) + eps) * weight``, the mean taken over the last ``len(normalized_shape)``
+    dimensions of x: a drop-in for ``torch.nn.RMSNorm``.
+
+    The positional arguments are torch's, in torch's order and with torch's meaning, so a module, its
+    ``repr`` and its state dict (one key, ``weight``, of shape ``normalized_shape``) move between the two
+    classes unchanged:
+
+    - ``normalized_shape``: an int or a sequence of positive ints, the trailing shape x must have;
+    - ``eps``: added to the mean square; ``None`` (the default) takes ``default_eps(x.dtype)`` at each
+      forward, as torch does;
+    - ``elementwise_affine``: with ``False`` there is no parameter (``weight`` is ``None``) and every
+      path computes the unscaled norm;
+    - ``device``, ``dtype``: where and in what dtype the weight is created.
+
+    ``impl`` (keyword only) picks the computation (``impls.IMPLS``): ``"triton"`` (the kernels),
+    ``"reference"`` (the oracle) or ``"native"`` (``torch.nn.functional.rms_norm``). Every path creates the
+    same parameter the same way and draws nothing from the random generator, so swapping paths never
     changes the initial weights.
 
-    ``fallback="reference"`` (off by default) sends inputs that the Triton path's contract refuses to
-    the reference instead of raising ``ContractError``. Each such call is counted in
+    The kernels and the reference normalize over one last dimension, so these paths see x as
+    ``(..., N)`` with N the product of ``normalized_shape`` and the weight as ``(N,)``, and give y back
+    in x's shape. Viewing costs nothing when the trailing dimensions flatten (a contiguous x, or a slice
+    of one along a leading dimension); otherwise ``reshape`` copies x once. Without a weight these paths
+    multiply by a ones tensor of N elements in x's dtype, made once per (device, dtype) and kept (see
+    ``_ones``); multiplying by one is exact, so the result is the unscaled norm.
+
+    ``fallback="reference"`` (keyword only, off by default) sends inputs that the Triton path's contract
+    refuses to the reference instead of raising ``ContractError``. Each such call is counted in
     ``fallback_count``, and the first one logs its reason as a warning.
+
+    Differences from torch: a ``normalized_shape`` with a zero or negative entry, or no entry, is refused
+    at construction (``ValueError``), where torch refuses some only at forward and runs a zero.
     """
+
+    __constants__ = ["normalized_shape", "eps", "elementwise_affine"]
+    normalized_shape: tuple[int, ...]
+    eps: float | None
+    elementwise_affine: bool
 
     def __init__(
         self,
         normalized_shape,
-        eps: float = DEFAULT_EPS,
-        impl: str = "triton",
-        fallback: str | None = None,
+        eps: float | None = None,
+        elementwise_affine: bool = True,
         device=None,
         dtype=None,
+        *,
+        impl: str = "triton",
+        fallback: str | None = None,
     ):
         super().__init__()
         if impl not in IMPLS:
             raise ValueError(f"RMSNorm: impl is {impl!r}; accepted: {', '.join(map(repr, IMPLS))}")
         if fallback not in FALLBACKS:
             raise ValueError(f"RMSNorm: fallback is {fallback!r}; accepted: None or 'reference'")
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        normalized_shape = tuple(normalized_shape)
-        if len(normalized_shape) != 1 or not isinstance(normalized_shape[0], int) or normalized_shape[0] < 1:
-            raise ValueError(
-                f"RMSNorm: normalized_shape is {normalized_shape!r}; accepted: one positive int N (the last dimension)"
-            )
-        self.normalized_shape = normalized_shape
+        self.normalized_shape = _checked_shape(normalized_shape)
         self.eps = eps
+        self.elementwise_affine = elementwise_affine
         self.impl = impl
         self.fallback = fallback
         self.fallback_count = 0
-        self.weight = nn.Parameter(torch.ones(normalized_shape, device=device, dtype=dtype))
+        #: ones of N elements per (device, dtype) of x, the weight of the kernels and the reference
+        #: when there is none; not a buffer, so that the state dict stays torch's
+        self._ones: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Set the weight to ones, as torch does (and draw nothing from the random generator)."""
+        if self.weight is not None:
+            nn.init.ones_(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.impl == "reference":
-            return rmsnorm_reference(x, self.weight, self.eps)
+        self._check_trailing_shape(x)
         if self.impl == "native":
             return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+        eps = default_eps(x.dtype) if self.eps is None else self.eps
+        n = math.prod(self.normalized_shape)
+        flat = len(self.normalized_shape) == 1
+        x2 = x if flat else x.reshape(*x.shape[: x.dim() - len(self.normalized_shape)], n)
+        if self.weight is None:
+            w = self._ones_like(x, n)
+        else:
+            w = self.weight if flat else self.weight.reshape(n)
+        if self.impl == "reference":
+            y = rmsnorm_reference(x2, w, eps)
+        else:
+            y = self._triton(x2, w, eps)
+        return y if flat else y.reshape(x.shape)
+
+    def _triton(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        """The kernels on (..., N) and (N,), or the reference for what they refuse if ``fallback`` says so."""
         if self.fallback == "reference":
-            reason = self._refusal(x)
+            reason = _refusal(x, w, eps)
             if reason is not None:
                 if self.fallback_count == 0:
                     log.warning(
                         "RMSNorm: %s; using the reference path (fallback='reference'), counted from now on", reason
                     )
                 self.fallback_count += 1
-                return rmsnorm_reference(x, self.weight, self.eps)
-        return rmsnorm(x, self.weight, self.eps)
+                return rmsnorm_reference(x, w, eps)
+        return rmsnorm(x, w, eps)
 
-    def _refusal(self, x: torch.Tensor) -> str | None:
-        """Why the Triton path would refuse this call, or None if it accepts it."""
-        try:
-            check_forward(x, self.weight, self.eps)
-        except ContractError as e:
-            return str(e)
-        return None
+    def _check_trailing_shape(self, x: torch.Tensor) -> None:
+        """Refuse an x whose trailing dimensions are not ``normalized_shape``, with the exception type that
+        ``F.rms_norm`` raises for it (``ValueError`` for too few dimensions, ``RuntimeError`` otherwise),
+        on every path, before anything runs."""
+        k = len(self.normalized_shape)
+        if x.dim() >= k and tuple(x.shape[x.dim() - k :]) == self.normalized_shape:
+            return
+        error = ValueError if x.dim() < k else RuntimeError
+        raise error(
+            f"RMSNorm: x has shape {tuple(x.shape)}; accepted: a shape (..., "
+            f"{', '.join(map(str, self.normalized_shape))}) that ends in normalized_shape {self.normalized_shape}"
+        )
+
+    def _ones_like(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        """Ones of ``n`` elements on x's device in x's dtype, the weight when there is none.
+
+        Made once per (device, dtype) and kept, so that a forward allocates nothing for them. They are
+        made outside inference mode (an inference tensor could not be saved for a later backward) and
+        never require grad. While ``torch.compile`` traces, the ones are made in the graph instead, so
+        that the compiled code does not depend on, or write to, this module's Python state.
+        """
+        if torch.compiler.is_compiling():
+            return torch.ones(n, device=x.device, dtype=x.dtype)
+        key = (x.device, x.dtype)
+        ones = self._ones.get(key)
+        if ones is None:
+            with torch.inference_mode(False):
+                ones = torch.ones(n, device=x.device, dtype=x.dtype)
+            self._ones[key] = ones
+        return ones
+
+    def _apply(self, fn, recurse=True):
+        """Moving or casting the module (``.to``, ``.cuda``, ``.half``...) drops the kept ones, which
+        would otherwise hold memory on the old device."""
+        self._ones.clear()
+        return super()._apply(fn, recurse)
 
     def extra_repr(self) -> str:
-        fallback = f", fallback={self.fallback!r}" if self.fallback else ""
-        return f"{self.normalized_shape[0]}, eps={self.eps}, impl={self.impl!r}{fallback}"
+        """torch's ``{normalized_shape}, eps={eps}, elementwise_affine={...}``, then impl and fallback
+        where they are not the defaults."""
+        text = f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        if self.impl != "triton":
+            text += f", impl={self.impl!r}"
+        if self.fallback is not None:
+            text += f", fallback={self.fallback!r}"
+        return text
+
+
+def _checked_shape(normalized_shape) -> tuple[int, ...]:
+    """``normalized_shape`` as a tuple of ints (an int is one dimension, as in torch), or ``ValueError``
+    for anything but a non-empty sequence of positive ints."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else normalized_shape
+    try:
+        shape = tuple(shape)
+    except TypeError:
+        shape = None
+    if (
+        not shape
+        or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) for d in shape)
+        or any(d < 1 for d in shape)
+    ):
+        raise ValueError(
+            f"RMSNorm: normalized_shape is {normalized_shape!r}; accepted: a positive int, or a non-empty "
+            "sequence of positive ints (the trailing dimensions of x)"
+        )
+    return tuple(int(d) for d in shape)
+
+
+def _refusal(x: torch.Tensor, w: torch.Tensor, eps: float) -> str | None:
+    """Why the Triton path would refuse this call, or None if it accepts it."""
+    try:
+        check_forward(x, w, eps)
+    except ContractError as e:
+        return str(e)
+    return None
