@@ -5,7 +5,9 @@ The public API is below. It is imported on first use, so that importing a part t
 
 ``ops.backend`` is imported first, before any module of the package can import Triton: it sets
 TRITON_INTERPRET on machines without a CUDA device, and Triton reads that variable when it decorates a
-kernel (its own ``tl`` helpers included, at ``import triton``).
+kernel (its own ``tl`` helpers included, at ``import triton``). Where Triton was imported earlier (by
+``transformers``, say), ``ops.backend`` has Triton's helpers decorated again for the interpreter, so the
+order of imports does not matter.
 """
 
 import importlib

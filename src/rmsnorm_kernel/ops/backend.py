@@ -1,13 +1,28 @@
 """Which machine runs the Triton kernels: the GPU, or Triton's interpreter on the CPU.
 
-Triton reads ``TRITON_INTERPRET`` when it decorates a kernel, so the choice is made here, before Triton
-is imported: ``rmsnorm_kernel/__init__.py`` imports this module first, and it imports torch only.
+Triton reads ``TRITON_INTERPRET`` when ``@triton.jit`` decorates a function: with it set, the decorator
+returns an ``InterpretedFunction``, which runs on the CPU; without it, a ``JITFunction``, which compiles
+for a GPU and cannot be called from an interpreted kernel ("Cannot call @triton.jit'd outside of the
+scope of a kernel"). That holds for Triton's own helpers in ``triton.language`` too (``tl.sum``,
+``tl.cdiv``, ``tl.zeros``, ...: ``@triton.jit`` functions of ``triton.language.standard`` and
+``triton.language.random``), which are decorated at ``import triton``.
+
+So the choice is made here, before this package imports Triton: ``rmsnorm_kernel/__init__.py`` imports
+this module first, and it imports torch only (Triton's modules only where Triton is imported already).
+The package's kernels are decorated after it, when ``kernels.py`` is imported. Triton may have been
+imported before, though (by ``transformers``, by ``torch.compile``, or directly): then its helpers are
+already compiled-mode functions. Under the interpreter, this module then runs Triton's modules that
+define them again (``importlib.reload``), so that ``@triton.jit`` decorates them anew for the
+interpreter, as it would have with the variable set from the start; where that leaves any
+compiled-mode helper, it refuses at import with what to do.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import sys
 
 import torch
 
@@ -15,6 +30,12 @@ log = logging.getLogger("rmsnorm_kernel")
 
 CUDA = "cuda"
 INTERPRETER = "interpreter"
+
+_REFUSAL = (
+    "rmsnorm_kernel: Triton's @triton.jit helpers (tl.sum, tl.cdiv, ...) are compiled for a GPU, and the "
+    "interpreter cannot call them; set TRITON_INTERPRET=1 in the environment before starting Python, and "
+    "leave triton.knobs.runtime.interpret unset"
+)
 
 
 def _choose_backend() -> str:
@@ -33,7 +54,43 @@ def _choose_backend() -> str:
     return INTERPRETER
 
 
+def _compiled_helpers(tl) -> list:
+    """Triton's helpers that ``@triton.jit`` decorated for a GPU (``JITFunction``s): those ``triton.language``
+    exports, and those it attaches to its tensor class (``x.sum()``)."""
+    from triton.runtime import JITFunction
+
+    candidates = [*vars(tl).values(), *(getattr(tl.tensor, name) for name in dir(tl.tensor))]
+    return [value for value in candidates if isinstance(value, JITFunction)]
+
+
+def _interpret_triton_helpers() -> None:
+    """Under the interpreter, if Triton was imported before TRITON_INTERPRET=1 was set, decorate its
+    ``@triton.jit`` helpers again, now for the interpreter; refuse at import where that does not succeed."""
+    tl = sys.modules.get("triton.language")
+    if tl is None:
+        return  # Triton is not imported yet: it will read the variable when it is
+    stale = _compiled_helpers(tl)
+    if not stale:
+        return
+    modules = sorted({helper.fn.__module__ for helper in stale})  # triton.language.standard, .random
+    try:
+        for name in modules:
+            importlib.reload(sys.modules[name])
+        importlib.reload(tl)  # the package re-exports the helpers under their public names
+    except Exception as e:
+        raise ImportError(_REFUSAL) from e
+    if _compiled_helpers(tl):  # the decorator did not see the variable: triton.knobs.runtime.interpret is False
+        raise ImportError(_REFUSAL)
+    log.info(
+        "rmsnorm_kernel: Triton was imported before TRITON_INTERPRET=1 was set; %s were run again so that "
+        "its @triton.jit helpers (tl.sum, tl.cdiv, ...) run in the interpreter",
+        ", ".join(modules),
+    )
+
+
 _BACKEND = _choose_backend()
+if _BACKEND == INTERPRETER:
+    _interpret_triton_helpers()
 
 
 def backend() -> str:
