@@ -14,9 +14,10 @@ are the same.
 
 ``rmsnorm()`` takes the op while ``torch.compile`` traces, and for tensor subclasses. In eager code it
 checks the contract once and calls the launchers directly, through a plain ``torch.autograd.Function``
-when a gradient is needed: the custom op's dispatch (autograd wrapper, fake-tensor bookkeeping, a second
-contract check) costs tens of microseconds a call, most of the time of a small RMSNorm on a GPU. Every
-route runs the same kernels with the same plan and gives the same bits.
+when a gradient is needed or a torch.func transform (``grad``, ``vjp``, ``jacrev``, ``vmap``) runs: the
+custom op's dispatch (autograd wrapper, fake-tensor bookkeeping, a second contract check) costs tens of
+microseconds a call, most of the time of a small RMSNorm on a GPU. Every route runs the same kernels
+with the same plan and gives the same bits.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from . import counters, kernels
 from .backend import CUDA, backend
 from .contract import check_forward
 from .counters import call_counts, reset_call_counts
-from .launch import plan_for
+from .launch import Plan, plan_for
 from .reference import DEFAULT_EPS
 
 __all__ = ["call_counts", "reset_call_counts", "rmsnorm"]
@@ -99,27 +100,92 @@ def _refuse_double_backward(ctx, ddx, ddgamma):
 _rmsnorm_backward_op.register_autograd(_refuse_double_backward, setup_context=lambda ctx, inputs, output: None)
 
 
+def _plan(x: Tensor, gamma: Tensor) -> Plan | None:
+    """The launch plan of x and gamma, for both directions; none for an x with no rows, which launches
+    nothing."""
+    return plan_for(kernels.as_rows(x, x.shape[-1]), gamma) if x.numel() else None
+
+
+def _per_sample(t: Tensor, dim: int | None, size: int) -> Tensor:
+    """``t`` of a vmap rule with its batch dimension first: ``t[i]`` is sample i's (``t`` itself for every
+    sample where ``t`` is not batched, ``dim`` None)."""
+    return t.movedim(dim, 0) if dim is not None else t.expand(size, *t.shape)
+
+
 class _RMSNormFunction(torch.autograd.Function):
-    """The eager route: the same kernels as the custom op, without its dispatch overhead."""
+    """The eager route: the same kernels as the custom op, without its dispatch overhead.
+
+    ``forward`` and ``setup_context`` are separate, as torch.func (``grad``, ``vjp``, ``jacrev``,
+    ``vmap``) requires of an autograd.Function. ``plan``: the launch plan, made once by the caller for
+    both directions, or None, where each direction plans for the tensors it launches on: torch.func
+    passes wrappers without a data pointer, which can be planned for only once its rules unwrap them.
+    """
 
     @staticmethod
-    def forward(ctx, x: Tensor, gamma: Tensor, eps: float) -> Tensor:
+    def forward(x: Tensor, gamma: Tensor, eps: float, plan: Plan | None) -> Tensor:
+        return kernels.rmsnorm_forward(x, gamma, eps, counters.calls(x.device), plan)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        x, gamma, eps, plan = inputs
         ctx.save_for_backward(x, gamma)
         ctx.eps = eps
-        # Made once, for both directions; none for an x with no rows, which launches nothing.
-        ctx.plan = plan_for(kernels.as_rows(x, x.shape[-1]), gamma) if x.numel() else None
-        return kernels.rmsnorm_forward(x, gamma, eps, counters.calls(x.device), ctx.plan)
+        ctx.plan = plan
 
     @staticmethod
     def backward(ctx, dy: Tensor):
         x, gamma = ctx.saved_tensors
-        if torch.is_grad_enabled():
+        if torch._C._are_functorch_transforms_active():
+            # torch.func builds the graph of every backward, and the backward op's autograd (an old-style
+            # Function made by torch.library) does not run under it: the same kernels, through a Function
+            # that does, and refuses double backward as the op does.
+            dx, dgamma = _RMSNormBackward.apply(dy, x, gamma, ctx.eps)
+        elif torch.is_grad_enabled():
             # create_graph=True: through the backward op, whose own backward refuses with a message
             # (called directly, the kernels would return silently detached gradients).
             dx, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(dy, x, gamma, ctx.eps, counters.calls(x.device))
         else:
             dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, ctx.eps, counters.calls(x.device), ctx.plan)
-        return dx, dgamma, None
+        return dx, dgamma, None, None
+
+    @staticmethod
+    def vmap(info, in_dims, x: Tensor, gamma: Tensor, eps: float, plan: Plan | None):
+        x_dim, gamma_dim = in_dims[:2]
+        if gamma_dim is not None:
+            # A weight per sample (an ensemble of models, say): the kernels take one gamma, so one call
+            # per sample.
+            xs, gammas = _per_sample(x, x_dim, info.batch_size), _per_sample(gamma, gamma_dim, info.batch_size)
+            return torch.stack([rmsnorm(xs[i], gammas[i], eps) for i in range(info.batch_size)]), 0
+        # One gamma: rows are normalized independently, so the batch dimension is one more leading
+        # dimension of x, wherever it lies, unless it is the last, the one normalized.
+        if x_dim == x.dim() - 1:
+            x, x_dim = x.movedim(x_dim, 0), 0
+        return rmsnorm(x, gamma, eps), x_dim  # checks the layout the kernels will read, batch included
+
+
+class _RMSNormBackward(torch.autograd.Function):
+    """(dx, dgamma) from the backward kernels under torch.func (see ``_RMSNormFunction.backward``)."""
+
+    @staticmethod
+    def forward(dy: Tensor, x: Tensor, gamma: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+        return kernels.rmsnorm_backward(dy, x, gamma, eps, counters.calls(x.device))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx, ddx: Tensor, ddgamma: Tensor):
+        _refuse_double_backward(ctx, ddx, ddgamma)
+
+    @staticmethod
+    def vmap(info, in_dims, dy: Tensor, x: Tensor, gamma: Tensor, eps: float):
+        size = info.batch_size
+        dys, xs, gammas = (_per_sample(t, dim, size) for t, dim in zip((dy, x, gamma), in_dims[:3]))
+        # One call per sample: dgamma sums over the rows of one sample, and one launch over the rows of
+        # several would sum them together.
+        grads = [_RMSNormBackward.apply(dys[i], xs[i], gammas[i], eps) for i in range(size)]
+        return (torch.stack([dx for dx, _ in grads]), torch.stack([dgamma for _, dgamma in grads])), (0, 0)
 
 
 _PLAIN = (Tensor, torch.nn.Parameter)
@@ -137,11 +203,21 @@ def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS) -> Tensor:
     backward, an empty dx and a dgamma of zeros, as ``F.rms_norm`` and the reference do, eager and
     compiled, without launching a kernel (and so without counting the call, see ``call_counts``).
     Rows of zero elements (N = 0) are refused.
+
+    Under torch.func, ``grad``, ``vjp`` and ``jacrev`` run the kernels in both directions. ``vmap`` over x
+    with one gamma is one launch over the rows of every sample; over a batched gamma, one launch per
+    sample (the kernels take one gamma), and so is a backward under ``vmap`` (dgamma is a sum over one
+    sample's rows). Forward mode (``jvp``, ``jacfwd``, ``hessian``) is not implemented.
     """
     check_forward(x, gamma, eps)
     if torch.compiler.is_compiling() or type(x) is not Tensor or type(gamma) not in _PLAIN:
         # Tracing, fake tensors and tensor subclasses go through the registered op.
         return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps, counters.calls(x.device))
+    if torch._C._are_functorch_transforms_active():
+        # A torch.func transform runs (the test autograd.Function.apply itself makes): x and gamma may be
+        # its wrappers, which the kernels cannot read, with or without requires_grad (vmap alone). The
+        # Function's rules unwrap them.
+        return _RMSNormFunction.apply(x, gamma, eps, None)
     if torch.is_grad_enabled() and (x.requires_grad or gamma.requires_grad):
-        return _RMSNormFunction.apply(x, gamma, eps)
+        return _RMSNormFunction.apply(x, gamma, eps, _plan(x, gamma))
     return kernels.rmsnorm_forward(x, gamma, eps, counters.calls(x.device))
