@@ -300,7 +300,7 @@ def test_python_dash_m_refuses_a_usage_mistake_in_one_line(tmp_path):
     # (on a machine without a GPU the package's one warning about the interpreter comes first)
     assert done.stderr.strip().splitlines()[-1] == (
         "python -m benchmarks.sweep: argument --impls: ',' names no implementation; "
-        "accepted: a comma-separated subset of triton,reference,F.rms_norm,compile,liger"
+        "accepted: a comma-separated subset of triton,reference,F.rms_norm,compile,liger,seed"
     )
 
 

@@ -100,6 +100,16 @@ def _refuse_double_backward(ctx, ddx, ddgamma):
 _rmsnorm_backward_op.register_autograd(_refuse_double_backward, setup_context=lambda ctx, inputs, output: None)
 
 
+def _readable(t: Tensor) -> bool:
+    """Whether ``t`` has data the kernels can read: not so for the wrappers of a torch.func transform
+    (``vmap``, ``grad``), which have no storage."""
+    try:
+        t.data_ptr()
+    except RuntimeError:
+        return False
+    return True
+
+
 def _plan(x: Tensor, gamma: Tensor) -> Plan | None:
     """The launch plan of x and gamma, for both directions; none for an x with no rows, which launches
     nothing."""
@@ -135,10 +145,11 @@ class _RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy: Tensor):
         x, gamma = ctx.saved_tensors
-        if torch._C._are_functorch_transforms_active():
-            # torch.func builds the graph of every backward, and the backward op's autograd (an old-style
-            # Function made by torch.library) does not run under it: the same kernels, through a Function
-            # that does, and refuses double backward as the op does.
+        if not (_readable(dy) and _readable(x)):
+            # Under a torch.func transform (its wrappers have no data), torch.func builds the graph of every
+            # backward, and the backward op's autograd (an old-style Function made by torch.library) does
+            # not run under it: the same kernels, through a Function that does, and refuses double
+            # backward as the op does.
             dx, dgamma = _RMSNormBackward.apply(dy, x, gamma, ctx.eps)
         elif torch.is_grad_enabled():
             # create_graph=True: through the backward op, whose own backward refuses with a message
@@ -213,10 +224,9 @@ def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS) -> Tensor:
     if torch.compiler.is_compiling() or type(x) is not Tensor or type(gamma) not in _PLAIN:
         # Tracing, fake tensors and tensor subclasses go through the registered op.
         return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps, counters.calls(x.device))
-    if torch._C._are_functorch_transforms_active():
-        # A torch.func transform runs (the test autograd.Function.apply itself makes): x and gamma may be
-        # its wrappers, which the kernels cannot read, with or without requires_grad (vmap alone). The
-        # Function's rules unwrap them.
+    if not (_readable(x) and _readable(gamma)):
+        # A torch.func transform's wrappers (vmap's, grad's), with or without requires_grad (vmap alone):
+        # the kernels cannot read them, and the Function's rules unwrap them.
         return _RMSNormFunction.apply(x, gamma, eps, None)
     if torch.is_grad_enabled() and (x.requires_grad or gamma.requires_grad):
         return _RMSNormFunction.apply(x, gamma, eps, _plan(x, gamma))
