@@ -10,7 +10,8 @@
   float32 and bfloat16: wall time, GPU time, kernel launches and the RMSNorm's GPU time.
 
 What they share, one job per module: ``impls`` (the implementations under test and one whole call of
-each), ``rows`` (the byte model, the oracle check, the check-then-time of one row, the winners),
+each), ``seed_kernel`` (the one-program-per-row peer), ``rows`` (the byte model, the oracle check, the
+check-then-time of one row, the winners),
 ``timing`` (the timers of whole calls, the copy ceiling), ``figures`` (the benchmark's figure) and
 ``common`` (command-line parsing, JSON files). Imports go one way: these modules import
 ``rmsnorm_kernel``, never the reverse.

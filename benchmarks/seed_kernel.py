@@ -1,5 +1,5 @@
 """The kernel a newcomer writes first, as a peer: one program per row, BLOCK_N = the next power of two of
-N, as in Triton's layer-norm tutorial and in this project's first kernels.
+N, as in Triton's layer-norm tutorial.
 
 Forward: each program loads its row whole, y = x * r * gamma. Backward: each program recomputes r, writes
 its row of dx and its row's dgamma contribution to a (rows, N) float32 scratch, which a second kernel
@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+#: The widest row one program's registers take; the same limit as the tuned kernels' contract, by chance
+#: of the register file, not by design.
 MAX_N = 65536
 SUM_BLOCK_M, SUM_BLOCK_N = 32, 128
 

@@ -73,7 +73,9 @@ import torch
 import torch.nn.functional as F
 
 from rmsnorm_kernel.checks.report import format_table, one_line
+from rmsnorm_kernel.ops.impls import IMPLS
 
+from . import impls
 from .common import OneLineParser, at_least, file_problem, run_interruptible, write_json
 from .impls import EPS, LIGER_SETTINGS, versions
 
@@ -82,9 +84,10 @@ PRESET = ROOT / "conf" / "model" / "large.yaml"
 DEFAULT_JSON = Path("outputs") / "train_step.json"
 KIND = "train_step"
 
-PATHS = ("reference", "native", "triton", "liger")
+#: The RMSNorm module's paths (``IMPLS``) in the tables' order, and Liger-Kernel's module where installed.
+PATHS = (*sorted(IMPLS, key=("reference", "native", "triton").index), "liger")
 MODES = ("eager", "compile", "reduce-overhead")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {name: impls.DTYPES[name] for name in ("float32", "bfloat16")}
 PROFILE_STEPS = 5
 SEED = 0
 
@@ -223,7 +226,7 @@ def device_activity(events) -> list[tuple[str, float]]:
 
     The profiler also draws ``record_function`` ranges on the GPU's timeline ("Optimizer.step#Adam.step"
     spans Adam's kernels): user annotations, left out, or their kernels would count twice."""
-    from torch.autograd import DeviceType
+    from torch.profiler import DeviceType
 
     return [
         (e.name, e.time_range.elapsed_us())

@@ -227,7 +227,7 @@ def test_the_triton_paths_kernels_are_read_from_kernels_py():
 def test_only_the_gpus_activity_is_kept_from_a_profile_not_its_annotations():
     from types import SimpleNamespace
 
-    from torch.autograd import DeviceType
+    from torch.profiler import DeviceType
 
     def event(name, device, us, annotation=False):
         span = SimpleNamespace(elapsed_us=lambda: us)
@@ -371,8 +371,9 @@ def test_every_path_trains_the_same_network_and_only_triton_counts_calls(device)
         step = train_step.make_step(path, "eager", torch.float32, SMALL, device)
         before = call_counts()
         losses[path] = [float(step().detach()) for _ in range(3)]
-        assert train_step.count_delta(before, call_counts()) == train_step.expected_calls(path, 3)
-    assert train_step.expected_calls("triton", 3) == {"forward": 3, "backward": 3}
+        want = {"forward": 3, "backward": 3} if path == "triton" else {"forward": 0, "backward": 0}
+        assert train_step.count_delta(before, call_counts()) == want
+        assert train_step.expected_calls(path, 3) == want
     assert losses["triton"] == pytest.approx(losses["reference"], rel=1e-5)
     assert losses["native"] == pytest.approx(losses["reference"], rel=1e-5)
     assert losses["triton"][2] < losses["triton"][0]  # Adam steps lower the loss on a fixed batch

@@ -73,36 +73,6 @@ def test_torch_compile_fullgraph_traces_the_op_without_graph_breaks(device):
         assert compare(p.grad, g).ok
 
 
-def test_counters_count_each_forward_and_backward_call(device):
-    x, gamma, dy = make_inputs((4, 16), torch.float32, device)
-    reset_call_counts()
-    assert call_counts() == {"forward": 0, "backward": 0}
-    with torch.no_grad():
-        rmsnorm(x, gamma)
-    y = rmsnorm(x.requires_grad_(), gamma)
-    y.backward(dy)
-    assert call_counts() == {"forward": 2, "backward": 1}
-    rmsnorm_reference(x, gamma).backward(dy)  # the reference path is not counted
-    assert call_counts() == {"forward": 2, "backward": 1}
-    reset_call_counts()
-    assert call_counts() == {"forward": 0, "backward": 0}
-
-
-def test_the_kernels_themselves_increment_the_counter(device):
-    """Counting happens on the device, inside the kernels, so a replayed CUDA graph counts too."""
-    x, gamma, dy = make_inputs((4, 16), torch.float32, device)
-    counts = torch.zeros(2, dtype=torch.int64, device=device)  # forward, backward
-    calls = counters.addresses(counts)
-    kernels.rmsnorm_forward(x, gamma, 1e-6, calls)
-    kernels.rmsnorm_forward(x, gamma, 1e-6, calls)
-    kernels.rmsnorm_backward(dy, x, gamma, 1e-6, calls)
-    assert counts.tolist() == [2, 1]
-    x_long, gamma_long, dy_long = make_inputs((2, 9000), torch.float32, device)  # the looped kernels
-    kernels.rmsnorm_forward(x_long, gamma_long, 1e-6, calls)
-    kernels.rmsnorm_backward(dy_long, x_long, gamma_long, 1e-6, calls)
-    assert counts.tolist() == [3, 2]
-
-
 @pytest.mark.gpu
 def test_reduce_overhead_training_step_counts_every_cuda_graph_replay(device):
     """torch.compile(mode="reduce-overhead") replays the step from a CUDA graph, with no Python around

@@ -1,6 +1,6 @@
-"""torch.func on the Triton path: grad, vjp, jacrev and vmap give the reference's results within the
-declared tolerances, run the kernels (counted), and leave the eager route as it was (one launch plan for
-both directions, double backward refused)."""
+"""``op.rmsnorm`` under torch.func (its autograd.Function's setup_context and vmap rules): grad, vjp,
+jacrev and vmap give the reference's results within the declared tolerances, run the kernels (counted),
+and leave the eager route as it was (one launch plan for both directions, double backward refused)."""
 
 import pytest
 import torch

@@ -20,7 +20,8 @@ import torch
 
 from ..ops.backend import kernel_device_type
 from ..ops.contract import ContractError
-from ..ops.op import call_counts, rmsnorm
+from ..ops.counters import call_counts
+from ..ops.op import rmsnorm
 from ..testing import CONTRACT_VIOLATIONS, KernelLaunched, Violation, kernel_launches_forbidden, make_inputs
 from .campaigns import FULL_SHAPES, CampaignCase, run_campaign
 from .report import is_power_of_two, one_line

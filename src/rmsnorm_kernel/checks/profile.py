@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..ops.backend import kernel_device_type
-from ..ops.op import call_counts, rmsnorm
+from ..ops.counters import call_counts
+from ..ops.op import rmsnorm
 from ..ops.reference import DEFAULT_EPS, rmsnorm_reference
 from ..testing import make_inputs
 

@@ -148,7 +148,8 @@ class RMSNorm(nn.Module):
     def _ones_like(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """Ones of ``n`` elements on x's device in x's dtype, the weight when there is none.
 
-        Made once per (device, dtype) and kept, so that a forward allocates nothing for them. They are
+        Made once per (device, dtype) of x and kept, so that a forward allocates nothing for them: N
+        elements for each device and dtype the module has seen. They are
         made outside inference mode (an inference tensor could not be saved for a later backward) and
         never require grad. While ``torch.compile`` traces, the ones are made in the graph instead, so
         that the compiled code does not depend on, or write to, this module's Python state.
@@ -162,12 +163,6 @@ class RMSNorm(nn.Module):
                 ones = torch.ones(n, device=x.device, dtype=x.dtype)
             self._ones[key] = ones
         return ones
-
-    def _apply(self, fn, recurse=True):
-        """Moving or casting the module (``.to``, ``.cuda``, ``.half``...) drops the kept ones, which
-        would otherwise hold memory on the old device."""
-        self._ones.clear()
-        return super()._apply(fn, recurse)
 
     def extra_repr(self) -> str:
         """torch's ``{normalized_shape}, eps={eps}, elementwise_affine={...}``, then impl and fallback

@@ -12,7 +12,7 @@ A result passes when ``|actual - expected| <= atol + rtol * |expected|`` element
   two rounded terms nearly cancel.
 - float64 (used by gradient checks of the reference only): atol 1e-10, rtol 1e-8.
 
-Training curves of the two paths (same seed, same batches) are compared step by step with
+Training curves of the paths (same seed, same batches) are compared step by step with
 ``TRAINING_CURVE_RTOL``: the paths differ only by float32 reordering inside the norm (about 1e-7
 relative), which Adam's updates carry forward over the run's steps.
 """

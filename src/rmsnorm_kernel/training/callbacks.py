@@ -93,8 +93,8 @@ class Parity(L.Callback):
       the periodic ones, ``last.ckpt``, ``final.ckpt`` and the one a signal writes) and comes back when a
       run resumes from one (``load_state_dict``), so a resumed run reports the whole history: step 0's
       errors and pass or fail, every check along the run and its worst ratio to the tolerance, a skip.
-    - A run resumed from a checkpoint that carries no verdicts of a path (none at all: written before
-      this callback had any; none of a path added since, such as native) cannot know what the steps
+    - A run resumed from a checkpoint that carries no verdicts of a path (none at all, or none of one
+      compared path: no ``native_*`` keys, say) cannot know what the steps
       before it showed for that path: its ``unknown_before`` holds the step it resumed at, and the run
       fails its end check with a line that says so (``run.failed_checks``). A verdict that was never seen
       is never reported as passed.

@@ -209,8 +209,15 @@ class RMSNormRegressor(L.LightningModule):
         if self.logger is not None:  # at the last step, whatever Lightning's loop counters say (see above)
             self.logger.log_metrics({"test/mse": self.test_mse}, step=self.global_step)
 
+    def _fitting(self) -> bool:
+        """Whether a Trainer is fitting this module (``self.trainer`` raises when none is attached)."""
+        try:
+            return self.trainer.state.fn == TrainerFn.FITTING
+        except RuntimeError:
+            return False
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        if self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING:
+        if self._fitting():
             self.flush_step_metrics()  # every step's loss read and logged, and found finite, before it is saved
         # Random generators: nothing in this network draws from them during training today, but a resumed
         # run must continue every stream exactly where the interrupted one stopped.

@@ -106,7 +106,7 @@ def state_dict_sha256(module: torch.nn.Module) -> str:
 
 
 def build(cfg: DictConfig) -> tuple[RMSNormRegressor, SyntheticRegressionData]:
-    """Seed once, then build the module and the data: the same seed gives the same weights on both paths."""
+    """Seed once, then build the module and the data: the same seed gives the same weights on every path."""
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     module = RMSNormRegressor(
         input_dim=cfg.model.input_dim,
