@@ -45,3 +45,16 @@ def test_each_device_has_one_calls_tensor_of_two_addresses_eight_bytes_apart(dev
     assert calls.dtype == torch.int64 and calls.shape == (2,) and calls.device == x.device
     forward, backward = calls.tolist()
     assert backward - forward == 8
+
+
+def test_counters_made_while_torch_compile_traces_the_first_call_are_real_and_count(device, monkeypatch):
+    """A process whose first call is compiled: the counters are made during tracing
+    (``assume_constant_result``), as real tensors, and count that call and the next."""
+    monkeypatch.setattr(counters, "_COUNTERS", {})
+    x, gamma, _ = make_inputs((4, 16), torch.float32, device)
+    torch.compiler.reset()
+    fn = torch.compile(lambda a, g: rmsnorm(a, g) * 2, fullgraph=True)
+    fn(x, gamma)
+    fn(x, gamma)
+    assert list(counters._COUNTERS) == [str(x.device)]
+    assert call_counts() == {"forward": 2, "backward": 0}
