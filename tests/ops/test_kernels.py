@@ -239,6 +239,54 @@ def test_a_plan_made_for_another_layout_still_launches_at_the_given_tensors_vect
     assert compare(y, oracle(x, gamma, dy)[0]).ok
 
 
+STRIDED = {
+    # (how x is taken from a contiguous tensor, the shape that tensor has)
+    "transposed": (lambda t: t.t(), (40, 6)),
+    "every_other_column": (lambda t: t[:, ::2], (6, 80)),
+    "rows_at_two_strides": (lambda t: t[:, :3, :], (4, 6, 40)),
+    "qk_after_transpose": (lambda t: t.view(2, 5, 3, 40).transpose(1, 2), (2, 5, 120)),
+}
+
+
+@pytest.mark.parametrize("name", STRIDED)
+def test_any_strides_give_the_oracles_result(name, device):
+    """Layouts that no single row stride reaches (as F.rms_norm takes them): the same result as the
+    contiguous x, gradients in x's own shape."""
+    take, base_shape = STRIDED[name]
+    base, _, _ = make_inputs(base_shape, torch.float32, device)
+    x = take(base)
+    assert not kernels.rows_at_one_stride(x)
+    n = x.shape[-1]
+    gamma = make_inputs((1, n), torch.float32, device, seed=2)[0][0].contiguous()
+    dy = make_inputs(tuple(x.shape), torch.float32, device, seed=3)[0]
+    gl = gamma.clone().requires_grad_()
+    xs = take(base.detach().clone()).requires_grad_()  # the strided layout itself, a leaf
+    y = rmsnorm(xs, gl)
+    dx, dgamma = torch.autograd.grad(y, (xs, gl), dy)
+    assert dx.shape == xs.shape
+    for got, want in zip((y, dx, dgamma), oracle(x.contiguous(), gamma, dy)):
+        assert compare(got, want).ok, name
+
+
+def test_a_non_contiguous_gamma_is_read_through_a_copy(device):
+    x, gamma, dy = make_inputs((5, 33), torch.float32, device)
+    pairs = torch.stack([gamma, torch.zeros_like(gamma)], dim=1).requires_grad_()
+    strided = pairs[:, 0]  # every other element of a leaf
+    assert not strided.is_contiguous()
+    y = rmsnorm(x, strided)
+    (dgamma,) = torch.autograd.grad(y, pairs, dy)
+    want_y, _, want_dgamma = oracle(x, gamma, dy)
+    assert compare(y, want_y).ok and compare(dgamma[:, 0], want_dgamma).ok
+    assert torch.equal(dgamma[:, 1], torch.zeros_like(gamma))
+
+
+def test_rows_at_one_stride_reads_slices_and_contiguous_tensors_in_place(device):
+    base, _, _ = make_inputs((4, 6, 40), torch.float32, device)
+    assert kernels.rows_at_one_stride(base) and kernels.rows_at_one_stride(base[..., :33])
+    assert kernels.rows_at_one_stride(base[1:3]) and kernels.rows_at_one_stride(base[:, 2])
+    assert kernels.as_rows(base[..., :33], 33).data_ptr() == base.data_ptr()  # a view, no copy
+
+
 def test_three_dimensional_slice_with_one_row_stride(device):
     base, gamma, dy = make_inputs((2, 3, 300), torch.float32, device)
     x = base[:, :, :257]  # strides (900, 300, 1): rows 300 apart throughout

@@ -3,10 +3,11 @@
 Every rejection is a ``ContractError`` whose message names the argument, what it received and what is
 accepted. Nothing here falls back to the reference: a caller who wants the reference asks for it.
 
-An x with no rows (a zero anywhere in its leading dimensions, as an empty expert of a mixture of experts
-gives) is accepted, as ``F.rms_norm`` accepts it: it passes the same checks as any x, except the row
-layout (it has no element to address, and PyTorch calls every empty tensor contiguous). Rows of zero
-elements (N = 0) are refused: there is no mean over no elements.
+Any strides are accepted, as ``F.rms_norm`` accepts them: ``rmsnorm()`` reads x in place when its rows sit
+at one row stride with a contiguous last dimension (``kernels.rows_at_one_stride``) and copies it once
+otherwise, and copies a gamma that is not contiguous. An x with no rows (a zero anywhere in its leading
+dimensions, as an empty expert of a mixture of experts gives) is accepted, as ``F.rms_norm`` accepts it.
+Rows of zero elements (N = 0) are refused: there is no mean over no elements.
 """
 
 from __future__ import annotations
@@ -45,8 +46,7 @@ def check_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> None:
 
     Runs on every call, so the common case takes the fewest attribute reads; the order of the checks
     (and so which problem is reported first) is the documented one: x and gamma are tensors; their
-    dtypes, then the pair; their devices; gamma contiguous; x not 0-d; N >= 1; gamma of shape (N,); the
-    row layout of x (skipped for an x with no rows); eps; N <= MAX_N.
+    dtypes, then the pair; their devices; x not 0-d; N >= 1; gamma of shape (N,); eps; N <= MAX_N.
     """
     for name, t in (("x", x), ("gamma", gamma)):
         if not isinstance(t, torch.Tensor):
@@ -66,12 +66,6 @@ def check_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> None:
         _fail("x and gamma", f"are on {x_device} and {gamma.device}", "both on the same device")
     if x_device.type != _KERNEL_DEVICE_TYPE:
         _fail("x", f"is on {x_device}", f"{_KERNEL_DEVICE_TYPE} tensors (the kernels run on the {backend()} backend)")
-    if not gamma.is_contiguous():
-        _fail(
-            "gamma",
-            f"is not contiguous (shape {tuple(gamma.shape)}, strides {tuple(gamma.stride())})",
-            "a contiguous tensor",
-        )
     shape = x.shape
     if not shape:
         _fail("x", "is a 0-d tensor", "a tensor of shape (..., N)")
@@ -84,35 +78,8 @@ def check_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> None:
         )
     if gamma.shape != (n,):
         _fail("gamma", f"has shape {tuple(gamma.shape)}", f"shape ({n},), the last dimension of x")
-    if x.numel():  # an x with no rows reads nothing: any layout will do
-        _check_row_layout(x, n)
     if type(eps) is not float or not 0.0 < eps < math.inf:  # the fast test first: a positive finite float
         if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
             _fail("eps", f"is {eps!r}", "a finite number > 0")
     if n > MAX_N:
         _fail("x", f"has rows of N = {n} elements", f"N <= {MAX_N}")
-
-
-_LAYOUT_ACCEPTED = (
-    "a last dimension of stride 1 and rows at one uniform stride (a contiguous tensor, or a slice x[..., :N] of one)"
-)
-
-
-def _check_row_layout(x: torch.Tensor, n: int) -> None:
-    """The kernels address element (row, j) as row * row_stride + j: the last dimension must be contiguous
-    and the leading dimensions must flatten to one row index with a single stride, without a copy."""
-    if n != 1 and x.stride(-1) != 1:
-        _fail(
-            "x",
-            f"has a last dimension of stride {x.stride(-1)} (shape {tuple(x.shape)}, strides {tuple(x.stride())})",
-            _LAYOUT_ACCEPTED,
-        )
-    if x.dim() > 2:
-        try:
-            x.view(-1, n)
-        except RuntimeError:
-            _fail(
-                "x",
-                f"has rows that no single row stride reaches (shape {tuple(x.shape)}, strides {tuple(x.stride())})",
-                _LAYOUT_ACCEPTED,
-            )

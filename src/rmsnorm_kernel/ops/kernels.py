@@ -31,8 +31,9 @@ buffer of partials. A second kernel sums the partials per column in a fixed orde
 shape and the GPU, so the bits are the same run after run, and the partials take P * N * 8 bytes however
 many rows there are.
 
-Rows are addressed through their row stride (the last dimension must be contiguous), so a slice such as
-``x[:, :N]`` of a wider tensor is read in place. Row offsets are 64-bit: ``row * stride`` may pass 2**31.
+Rows are addressed through their row stride (the last dimension contiguous), so a slice such as
+``x[:, :N]`` of a wider tensor is read in place; any other layout is copied once (``as_rows``), and a
+gamma that is not contiguous too. Row offsets are 64-bit: ``row * stride`` may pass 2**31.
 
 Each call counts itself on the device: program 0 of the forward kernel and of the first backward kernel
 adds 1 to a count whose address it reads from ``CALLS`` (``counters.py``: the first address for the
@@ -340,15 +341,24 @@ BACKWARD_KERNELS = (
 )
 
 
+def rows_at_one_stride(t: torch.Tensor) -> bool:
+    """Whether the kernels can read ``t`` of shape (..., N) in place: its last dimension contiguous (or N =
+    1) and its leading dimensions one row index with a single stride (each leading dimension of more than
+    one element steps by the next one's size times its stride). False for ``x.t()``, or for q of shape
+    (B, H, T, D) taken by ``transpose(1, 2)`` from (B, T, H, D)."""
+    shape, strides = t.shape, t.stride()
+    if shape[-1] != 1 and strides[-1] != 1:
+        return False
+    lead = [(size, stride) for size, stride in zip(shape[:-1], strides[:-1]) if size != 1]
+    return all(outer == size * stride for (_, outer), (size, stride) in zip(lead, lead[1:]))
+
+
 def as_rows(t: torch.Tensor, n: int) -> torch.Tensor:
-    """(..., N) as a (rows, N) view with a unit column stride; a copy only when no such view exists."""
-    try:
-        t2 = t.view(-1, n) if t.dim() != 2 else t
-    except RuntimeError:  # leading dimensions that no single row stride describes (autograd's dy may be so)
-        return t.reshape(-1, n).contiguous()
-    if t2.stride(1) != 1 and n != 1:
-        t2 = t2.contiguous()
-    return t2
+    """(..., N) as a (rows, N) view with a unit column stride; a contiguous copy only where
+    ``rows_at_one_stride`` says no such view exists (autograd's dy may be so)."""
+    if t.numel() and not rows_at_one_stride(t):
+        t = t.contiguous()
+    return t.reshape(-1, n) if t.dim() != 2 else t
 
 
 def direct(kernel):
@@ -377,6 +387,7 @@ def rmsnorm_forward(
     if x.numel() == 0:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
     n = int(x.shape[-1])
+    gamma = gamma.contiguous()  # the kernels read gamma as N consecutive elements
     x2 = as_rows(x, n)
     rows = x2.shape[0]
     y = _empty_like_contiguous(x)
@@ -436,6 +447,7 @@ def rmsnorm_backward(
     if x.numel() == 0:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.zeros_like(gamma)
     n = int(x.shape[-1])
+    gamma = gamma.contiguous()  # the kernels read gamma as N consecutive elements
     x2 = as_rows(x, n)
     dy2 = as_rows(dy, n)  # autograd may hand over any layout, e.g. a broadcast (stride-0) gradient
     rows = x2.shape[0]

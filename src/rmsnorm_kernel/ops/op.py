@@ -212,12 +212,22 @@ def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS) -> Tensor:
     compiled, without launching a kernel (and so without counting the call, see ``call_counts``).
     Rows of zero elements (N = 0) are refused.
 
+    x may have any strides: read in place where its rows sit at one stride with a contiguous last
+    dimension (a contiguous tensor, or a slice ``x[..., :N]`` of one), copied once otherwise (``x.t()``,
+    q or k after ``view(B, T, H, D).transpose(1, 2)``). A gamma that is not contiguous is copied too.
+
     Under torch.func, ``grad``, ``vjp`` and ``jacrev`` run the kernels in both directions. ``vmap`` over x
     with one gamma is one launch over the rows of every sample; over a batched gamma, one launch per
     sample (the kernels take one gamma), and so is a backward under ``vmap`` (dgamma is a sum over one
     sample's rows). Forward mode (``jvp``, ``jacfwd``, ``hessian``) is not implemented.
     """
     check_forward(x, gamma, eps)
+    # Any layout: rows that no single stride reaches (x.t(), q after a transpose) are copied once here, so
+    # that both directions read the copy, and autograd takes dx back to x's layout.
+    if x.numel() and not kernels.rows_at_one_stride(x):
+        x = x.contiguous()
+    if not gamma.is_contiguous():
+        gamma = gamma.contiguous()
     if torch.compiler.is_compiling() or type(x) is not Tensor or type(gamma) not in _PLAIN:
         # Tracing, fake tensors and tensor subclasses go through the registered op.
         return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps, counters.calls(x.device))
