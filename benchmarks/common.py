@@ -1,12 +1,14 @@
 """What several measurements of ``benchmarks`` share: their command lines (one-line usage errors, numeric
-options with a lower bound, Ctrl+C and SIGTERM in one line: the check commands' own, from
-``rmsnorm_kernel.checks.cli``) and writing their JSON files."""
+options with a lower bound, comma-separated choices, Ctrl+C and SIGTERM in one line: the check commands'
+own, from ``rmsnorm_kernel.checks.cli``) and writing their JSON files."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -18,12 +20,30 @@ __all__ = [
     "OneLineParser",
     "Terminated",
     "at_least",
+    "comma_choices",
     "file_problem",
     "interrupt_status",
     "run_interruptible",
     "plain",
     "write_json",
 ]
+
+
+def comma_choices(name: str, accepted: Iterable[str]) -> Callable[[str], list[str]]:
+    """An argparse ``type``: a comma-separated subset of ``accepted``, at least one, in the order given,
+    each once; ``name`` names one of them in the error ("',' names no implementation")."""
+    accepted = tuple(accepted)
+
+    def parse(text: str) -> list[str]:
+        names = [s.strip() for s in text.split(",") if s.strip()]
+        unknown = [s for s in names if s not in accepted]
+        if unknown or not names:
+            what = f"unknown {', '.join(unknown)}" if unknown else f"{text!r} names no {name}"
+            raise argparse.ArgumentTypeError(f"{what}; accepted: a comma-separated subset of {','.join(accepted)}")
+        return list(dict.fromkeys(names))
+
+    parse.__name__ = name
+    return parse
 
 
 def file_problem(option: str, path: Path | None) -> str | None:

@@ -12,7 +12,6 @@ measured.
 
 from __future__ import annotations
 
-import argparse
 import platform
 from collections.abc import Callable
 
@@ -21,6 +20,7 @@ import torch
 from rmsnorm_kernel.ops.op import rmsnorm
 from rmsnorm_kernel.ops.reference import DEFAULT_EPS, rmsnorm_reference
 
+from .common import comma_choices
 from .seed_kernel import seed_rmsnorm
 
 EPS = DEFAULT_EPS
@@ -85,14 +85,8 @@ def make_impl(name: str, device: str) -> ForwardFn | None:
     raise ValueError(f"benchmark: impl is {name!r}; accepted: {', '.join(IMPLS)}")
 
 
-def parse_impls(text: str) -> list[str]:
-    """``--impls``: comma-separated names of ``IMPLS``, at least one (an argparse ``type``)."""
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [s for s in names if s not in IMPLS]
-    if unknown or not names:
-        what = f"unknown {', '.join(unknown)}" if unknown else f"{text!r} names no implementation"
-        raise argparse.ArgumentTypeError(f"{what}; accepted: a comma-separated subset of {','.join(IMPLS)}")
-    return names
+#: ``--impls``: comma-separated names of ``IMPLS``, at least one (an argparse ``type``).
+parse_impls = comma_choices("implementation", IMPLS)
 
 
 def make_call(mode: str, fn: ForwardFn, x: torch.Tensor, gamma: torch.Tensor, dy: torch.Tensor) -> Callable[[], tuple]:

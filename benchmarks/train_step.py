@@ -76,7 +76,7 @@ from rmsnorm_kernel.checks.report import format_table, one_line
 from rmsnorm_kernel.ops.impls import IMPLS
 
 from . import impls
-from .common import OneLineParser, at_least, file_problem, run_interruptible, write_json
+from .common import OneLineParser, at_least, comma_choices, file_problem, run_interruptible, write_json
 from .impls import EPS, LIGER_SETTINGS, versions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -425,33 +425,17 @@ def read_results(path: Path) -> dict:
 # The command
 
 
-def choices(name: str, accepted: Iterable[str]) -> Callable[[str], list[str]]:
-    """An argparse ``type``: a comma-separated subset of ``accepted``, at least one, in the order given."""
-    accepted = tuple(accepted)
-
-    def parse(text: str) -> list[str]:
-        names = [s.strip() for s in text.split(",") if s.strip()]
-        unknown = [s for s in names if s not in accepted]
-        if unknown or not names:
-            what = f"unknown {', '.join(unknown)}" if unknown else f"{text!r} names no {name}"
-            raise argparse.ArgumentTypeError(f"{what}; accepted: a comma-separated subset of {','.join(accepted)}")
-        return list(dict.fromkeys(names))
-
-    parse.__name__ = name
-    return parse
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = OneLineParser(prog="python -m benchmarks.train_step", description=__doc__.strip().split("\n")[0])
     parser.add_argument("--steps", type=at_least(1), default=100, help="timed steps per row (default 100)")
     parser.add_argument(
         "--warmup", type=at_least(1), default=10, help="steps before timing, compilation included (default 10)"
     )
-    parser.add_argument("--dtypes", type=choices("dtype", DTYPES), default=list(DTYPES), help="default: all")
+    parser.add_argument("--dtypes", type=comma_choices("dtype", DTYPES), default=list(DTYPES), help="default: all")
     parser.add_argument(
-        "--paths", type=choices("path", PATHS), default=None, help="default: all (liger where it imports)"
+        "--paths", type=comma_choices("path", PATHS), default=None, help="default: all (liger where it imports)"
     )
-    parser.add_argument("--modes", type=choices("mode", MODES), default=list(MODES), help="default: all")
+    parser.add_argument("--modes", type=comma_choices("mode", MODES), default=list(MODES), help="default: all")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"results file (default {DEFAULT_JSON})")
     parser.add_argument(
         "--table", type=Path, default=None, metavar="JSON", help="print a run's results as a Markdown table; no GPU"

@@ -38,8 +38,9 @@ TARGET_PCT = {FWD: 92.0, FWD_BWD: 85.0}
 TARGET_N_RANGE = (2048, 16384)
 HOST_PEER, HOST_RATIO_LIMIT = "F.rms_norm", 1.5
 DIRECTION = {FWD: "forward", FWD_BWD: "forward + backward"}
-#: x of at least this many bytes is activation-sized: its share of the copy ceiling is a target.
-ACTIVATION_BYTES = 64 << 20
+#: x of at least this many bytes (the smallest activation-sized regime) has its share of the copy ceiling
+#: as a target.
+ACTIVATION_BYTES = REGIME_BYTES["act64"]
 #: (direction, lowest N, highest N, % of the copy ceiling) on activation-sized inputs.
 ACTIVATION_TARGETS = ((FWD, 512, 65536, 90.0), (FWD_BWD, 512, 16384, 85.0), (FWD_BWD, 16385, 65536, 80.0))
 REGIME_ORDER = ("large", "mid", "act64", "act128", "act256", "batch", "small", "tiny")
@@ -299,6 +300,18 @@ def _miss(rec: dict, value, why: str) -> dict:
     return dict(point=rec["point"], mode=rec["mode"], label=point_label(rec), value=value, why=why)
 
 
+def share_of_ceiling(limit: float):
+    """The judge of a share-of-the-ceiling target: True at ``limit`` percent or more, else the miss."""
+
+    def judge(rec):
+        v = rec.get("pct_of_ceiling")
+        if v is None:
+            return _miss(rec, None, "no GPU time" if rec.get("ok") else f"wrong result: {rec.get('detail')}")
+        return True if v >= limit else _miss(rec, v, f"{v:.1f}% of the copy ceiling, under {limit:.0f}%")
+
+    return judge
+
+
 def targets(ratios: Sequence[dict], noise: float | None) -> list[dict]:
     """The targets of the module docstring, each with the records it covers, how many meet it, and every
     miss. Speed against the peers counts as met within ``noise`` (a fraction)."""
@@ -327,18 +340,11 @@ def targets(ratios: Sequence[dict], noise: float | None) -> list[dict]:
             if r["regime"] == "large" and r["origin"] == "sweep" and lo <= r["N"] <= hi and r["mode"] == mode
         ]
         limit = TARGET_PCT[mode]
-
-        def share(rec, limit=limit):
-            v = rec.get("pct_of_ceiling")
-            if v is None:
-                return _miss(rec, None, "no GPU time" if rec.get("ok") else f"wrong result: {rec.get('detail')}")
-            return True if v >= limit else _miss(rec, v, f"{v:.1f}% of the copy ceiling, under {limit:.0f}%")
-
         add(
             f"{DIRECTION[mode]} ≥ {limit:.0f}% of the copy ceiling at N {lo}-{hi} "
             "(large regime, every dtype, GPU time)",
             recs,
-            share,
+            share_of_ceiling(limit),
         )
 
     def vs_peer(rec):
@@ -369,18 +375,11 @@ def targets(ratios: Sequence[dict], noise: float | None) -> list[dict]:
 
     activation = [r for r in ratios if REGIME_BYTES.get(r["regime"], 0) >= ACTIVATION_BYTES]
     for mode, lo_n, hi_n, limit in ACTIVATION_TARGETS:
-
-        def share_at(rec, limit=limit):
-            v = rec.get("pct_of_ceiling")
-            if v is None:
-                return _miss(rec, None, "no GPU time" if rec.get("ok") else f"wrong result: {rec.get('detail')}")
-            return True if v >= limit else _miss(rec, v, f"{v:.1f}% of the copy ceiling, under {limit:.0f}%")
-
         add(
             f"{DIRECTION[mode]} ≥ {limit:.0f}% of the copy ceiling at N {lo_n}-{hi_n}, x of "
             f"{ACTIVATION_BYTES >> 20} MiB or more (GPU time)",
             [r for r in activation if r["mode"] == mode and lo_n <= r["N"] <= hi_n],
-            share_at,
+            share_of_ceiling(limit),
         )
     add(
         "the shapes users run beyond the sweep (narrow rows, activation-sized x, small batches, wide rows, the "

@@ -36,7 +36,6 @@ is a finding in its row, not a failure of the run.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as _dt
 import platform
@@ -54,7 +53,7 @@ from rmsnorm_kernel.checks.figures import FigureResult
 from rmsnorm_kernel.checks.report import outputs_problem
 from rmsnorm_kernel.ops.backend import CUDA, backend
 
-from ..common import OneLineParser, at_least, run_interruptible, write_json
+from ..common import OneLineParser, at_least, comma_choices, run_interruptible, write_json
 from ..impls import IMPLS, liger_version, make_impl, parse_impls
 from ..timing import Timer, no_timer
 from . import figures, report
@@ -259,7 +258,7 @@ def build_parser() -> OneLineParser:
     )
     parser.add_argument(
         "--origins",
-        type=parse_origins,
+        type=comma_choices("origin", ORIGINS),
         default=list(ORIGINS),
         help=f"measure only the points of these origins, a comma-separated subset of {','.join(ORIGINS)} "
         "(default: all); the others stay to do, for a later run with --skip-done",
@@ -286,16 +285,6 @@ def build_parser() -> OneLineParser:
     )
     parser.add_argument("--require-gpu", action="store_true", help="without a CUDA GPU exit 2 even for --shapes tiny")
     return parser
-
-
-def parse_origins(text: str) -> list[str]:
-    """``--origins``: comma-separated names of ``ORIGINS``, at least one (an argparse ``type``)."""
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [s for s in names if s not in ORIGINS]
-    if unknown or not names:
-        what = f"unknown {', '.join(unknown)}" if unknown else f"{text!r} names no origin"
-        raise argparse.ArgumentTypeError(f"{what}; accepted: a comma-separated subset of {','.join(ORIGINS)}")
-    return names
 
 
 def print_plan(points: list[Point], todo: list[Point], repeats: list[Point], impls: list[str], done: int = 0) -> None:

@@ -349,6 +349,8 @@ def rows_at_one_stride(t: torch.Tensor) -> bool:
     shape, strides = t.shape, t.stride()
     if shape[-1] != 1 and strides[-1] != 1:
         return False
+    if len(shape) <= 2:  # one leading dimension at most: one row stride (checked on every call: kept short)
+        return True
     lead = [(size, stride) for size, stride in zip(shape[:-1], strides[:-1]) if size != 1]
     return all(outer == size * stride for (_, outer), (size, stride) in zip(lead, lead[1:]))
 
