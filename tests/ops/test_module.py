@@ -183,12 +183,12 @@ def test_repr_is_torchs_with_impl_and_fallback_when_not_the_defaults(affine):
     assert repr(RMSNorm(8)) == repr(torch.nn.RMSNorm(8)) == "RMSNorm((8,), eps=None, elementwise_affine=True)"
 
 
-def test_impl_choice_does_not_touch_the_random_generator():
+def test_impl_choice_does_not_touch_the_random_generator(device):
     after = {}
     for impl in IMPLS:
         torch.manual_seed(7)
         for affine in (True, False):
-            RMSNorm((2, 32), elementwise_affine=affine, impl=impl)(torch.ones(3, 2, 32))
+            RMSNorm((2, 32), elementwise_affine=affine, impl=impl, device=device)(torch.ones(3, 2, 32, device=device))
         after[impl] = torch.rand(4)
     assert all(torch.equal(a, after["reference"]) for a in after.values())
 
