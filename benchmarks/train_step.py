@@ -142,7 +142,8 @@ def liger_available() -> bool:
 
 
 def liger_norm(norm: torch.nn.Module) -> torch.nn.Module:
-    """A ``LigerRMSNorm`` in place of the project's ``norm``: same size, eps and weight."""
+    """A ``LigerRMSNorm`` in place of the project's ``norm``: same size, eps and weight, followed by the
+    norm's activation as a separate layer (Liger has no norm with an activation)."""
     from liger_kernel.transformers.rms_norm import LigerRMSNorm
 
     s = LIGER_SETTINGS
@@ -151,7 +152,7 @@ def liger_norm(norm: torch.nn.Module) -> torch.nn.Module:
     )
     with torch.no_grad():
         liger.weight.copy_(norm.weight)
-    return liger
+    return torch.nn.Sequential(liger, torch.nn.SiLU()) if norm.activation == "silu" else liger
 
 
 def make_step(path: str, mode: str, dtype: torch.dtype, sizes: dict, device: str) -> Callable[[], torch.Tensor]:

@@ -36,18 +36,18 @@ LONG_CASES = [
 ]
 
 
-def triton_grads(x, gamma, dy):
+def triton_grads(x, gamma, dy, activation=None):
     """(y, dx, dgamma) of the Triton path through autograd, from fresh leaves."""
     xl = x.detach().clone().requires_grad_()
     gl = gamma.detach().clone().requires_grad_()
-    y = rmsnorm(xl, gl)
+    y = rmsnorm(xl, gl, activation=activation)
     y.backward(dy)
     return y.detach(), xl.grad, gl.grad
 
 
-def assert_matches_oracle(x, gamma, dy, dgamma_dtype=None):
-    got = triton_grads(x, gamma, dy)
-    for name, g, want in zip(("y", "dx", "dgamma"), got, oracle(x, gamma, dy)):
+def assert_matches_oracle(x, gamma, dy, dgamma_dtype=None, activation=None):
+    got = triton_grads(x, gamma, dy, activation)
+    for name, g, want in zip(("y", "dx", "dgamma"), got, oracle(x, gamma, dy, activation=activation)):
         assert g.dtype == want.dtype and g.shape == want.shape, name
         c = compare(g, want, dgamma_dtype if name == "dgamma" else None)
         assert c.ok, f"{name}: max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} over {c.tolerance}"
@@ -74,6 +74,41 @@ def test_long_rows_match_oracle_forward_dx_and_dgamma(shape, dtype, device):
     x, gamma, dy = make_inputs(shape, dtype, device)
     assert launch.plan_for(x, gamma).bwd_branch == "looped"
     assert_matches_oracle(x, gamma, dy)
+
+
+# Shapes that between them take every branch of each direction (asserted below).
+SILU_CASES = [
+    ((1, 1), torch.float32),
+    ((128, 256), torch.float32),
+    ((17, 257), torch.bfloat16),
+    ((128, 1000), torch.float32),
+    ((5, 4096), torch.float32),
+    ((17, 3000), torch.bfloat16),
+    ((3, 8193), torch.float32),
+    ((2, 20000), torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("shape, dtype", SILU_CASES, ids=str)
+def test_norm_then_silu_matches_oracle(shape, dtype, device):
+    x, gamma, dy = make_inputs(shape, dtype, device)
+    y, _, _ = assert_matches_oracle(x, gamma, dy, activation="silu")
+    # and it is not the plain norm: SiLU moved the outputs (silu(y) = y only at y = 0)
+    assert not compare(y, oracle(x, gamma, dy)[0]).ok
+
+
+def test_norm_then_silu_cases_take_every_branch_of_each_direction(device):
+    plans = [launch.plan_for(*make_inputs(shape, dtype, device)[:2]) for shape, dtype in SILU_CASES]
+    assert {p.fwd_branch for p in plans} == set(launch.FORWARD_BRANCHES)
+    assert {p.bwd_branch for p in plans} == set(launch.BACKWARD_BRANCHES)
+
+
+def test_norm_then_silu_counts_one_call_each_way(device):
+    x, gamma, dy = make_inputs((17, 257), torch.float32, device)
+    before = dict(counters.call_counts())
+    triton_grads(x, gamma, dy, "silu")
+    after = counters.call_counts()
+    assert (after["forward"] - before["forward"], after["backward"] - before["backward"]) == (1, 1)
 
 
 @pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16], ids=str)

@@ -6,10 +6,11 @@ import re
 import pytest
 import torch
 
-from rmsnorm_kernel import RMSNorm, call_counts
+from rmsnorm_kernel import RMSNorm, call_counts, oracle
 from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.ops.module import default_eps
 from rmsnorm_kernel.ops.tolerances import compare
+from rmsnorm_kernel.testing import make_inputs
 from tests.ops.helpers import NO_ROWS_DTYPES, assert_empty_y_empty_dx_zero_dgamma, dtype_pair_id
 
 #: x is drawn at this scale, so that its mean square (about 1e-6) is of the order of the eps values in
@@ -252,3 +253,23 @@ def test_x_not_ending_in_normalized_shape_is_refused_as_torch_refuses_it(impl, s
     with pytest.raises(error, match=message):
         m(x)
     assert call_counts() == before and m.fallback_count == 0
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_activation_silu_computes_silu_of_the_norm_on_every_path(impl, device):
+    x, gamma, dy = make_inputs((3, 5, 257), torch.float32, device)
+    m = RMSNorm(257, eps=1e-6, impl=impl, activation="silu", device=device)
+    with torch.no_grad():
+        m.weight.copy_(gamma)
+    xl = x.clone().requires_grad_()
+    y = m(xl)
+    y.backward(dy)
+    for name, got, want in zip(("y", "dx", "dweight"), (y, xl.grad, m.weight.grad), oracle(x, gamma, dy, 1e-6, "silu")):
+        c = compare(got, want)
+        assert c.ok, f"{impl} {name}: max_abs {c.max_abs:.3g}"
+
+
+def test_activation_is_keyword_only_checked_and_in_the_repr():
+    with pytest.raises(ValueError, match=r"activation is 'relu'; accepted: None or 'silu'"):
+        RMSNorm(8, activation="relu")
+    assert repr(RMSNorm(8, activation="silu")) == "RMSNorm((8,), eps=None, elementwise_affine=True, activation='silu')"

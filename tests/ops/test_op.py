@@ -34,6 +34,18 @@ def test_opcheck_passes_all_default_tests(shape, dtype, gamma_dtype, device):
     )
 
 
+def test_opcheck_passes_with_the_silu_activation(device):
+    x, gamma, dy = make_inputs((17, 257), torch.bfloat16, device, gamma_dtype=torch.float32)
+    torch.library.opcheck(
+        torch.ops.rmsnorm_kernel.rmsnorm.default,
+        (x.requires_grad_(), gamma.requires_grad_(), 1e-6, counters.calls(x.device), "silu"),
+    )
+    torch.library.opcheck(
+        torch.ops.rmsnorm_kernel.rmsnorm_backward.default,
+        (dy, x.detach(), gamma.detach(), 1e-6, counters.calls(x.device), "silu"),
+    )
+
+
 def test_backward_op_passes_opcheck(device):
     x, gamma, dy = make_inputs((17, 257), torch.float32, device)
     torch.library.opcheck(

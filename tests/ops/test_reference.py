@@ -80,3 +80,23 @@ def test_manual_backward_and_oracle_of_an_x_without_rows_give_empty_dx_and_zero_
     y, dx, dgamma = oracle(x, gamma, x)
     assert y.shape == dx.shape == x.shape and (y.dtype, dgamma.dtype) == (dtype, dtype)
     assert torch.equal(dgamma, torch.zeros(5, dtype=dtype))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (17, 7), (4, 257)])
+def test_silu_backward_matches_autograd_of_torchs_silu_after_the_reference_float64(shape):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(shape, dtype=torch.float64, generator=g, requires_grad=True)
+    gamma = (1 + 0.5 * torch.randn(shape[-1], dtype=torch.float64, generator=g)).requires_grad_()
+    dz = torch.randn(shape, dtype=torch.float64, generator=g)
+    z = torch.nn.functional.silu(rmsnorm_reference(x, gamma))  # torch's SiLU, not this module's formula
+    z.backward(dz)
+    assert compare(rmsnorm_reference(x.detach(), gamma.detach(), activation="silu"), z.detach()).ok
+    dx, dgamma = manual_backward(x.detach(), gamma.detach(), dz, activation="silu")
+    assert compare(dx, x.grad).ok, compare(dx, x.grad)
+    assert compare(dgamma, gamma.grad).ok, compare(dgamma, gamma.grad)
+
+
+def test_silu_gives_hand_worked_numbers():
+    # y = [0.848528, 1.131371] (the example above); silu(y) = y / (1 + exp(-y))
+    z = rmsnorm_reference(torch.tensor([[3.0, 4.0]]), torch.tensor([1.0, 1.0]), activation="silu")
+    torch.testing.assert_close(z, torch.tensor([[0.594189, 0.855420]]), atol=HAND_ATOL, rtol=0)

@@ -21,7 +21,7 @@ def jit_kernels_in_source() -> set[str]:
 
 def test_tripwire_replaces_every_triton_kernel_of_ops_kernels_and_restores_them():
     expected = jit_kernels_in_source()
-    assert expected and all(name.startswith(("_rmsnorm_", "_dgamma_")) for name in expected)
+    assert expected >= {*kernels.FORWARD_KERNELS, *kernels.BACKWARD_KERNELS}  # the file was read right
     before = dict(vars(kernels))
     with kernel_launches_forbidden() as replaced:
         assert set(replaced) == expected

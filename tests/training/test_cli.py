@@ -60,12 +60,12 @@ def test_a_kernel_that_drifts_mid_run_stops_it_at_the_parity_step_with_one_line(
     # forward divides by BLOCK: the parity check at step 2 (every 2 steps on the tiny schedule) catches it
     backward, forward, done = kernels.rmsnorm_backward, kernels.rmsnorm_forward, []
 
-    def counted_backward(*args):
+    def counted_backward(*args, **kwargs):
         done.append(None)
-        return backward(*args)
+        return backward(*args, **kwargs)
 
-    def drifting_forward(*args):
-        return (forward if len(done) < 3 else block_mean_forward)(*args)
+    def drifting_forward(*args, **kwargs):
+        return (forward if len(done) < 3 else block_mean_forward)(*args, **kwargs)
 
     monkeypatch.setattr(kernels, "rmsnorm_backward", counted_backward)
     monkeypatch.setattr(kernels, "rmsnorm_forward", drifting_forward)

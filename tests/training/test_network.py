@@ -13,8 +13,9 @@ from rmsnorm_kernel.training.network import NETWORK_KEYS, build_network
 
 def test_network_is_linear_rmsnorm_silu_linear_under_the_names_checkpoints_use():
     net = build_network(6, 33, 2, norm_impl="reference", eps=1e-5, norm_fallback=None)
-    assert list(dict(net.named_children())) == ["inp", "norm", "act", "out"]
-    assert [type(m) for m in net] == [nn.Linear, RMSNorm, nn.SiLU, nn.Linear]
+    assert list(dict(net.named_children())) == ["inp", "norm", "out"]
+    assert [type(m) for m in net] == [nn.Linear, RMSNorm, nn.Linear]
+    assert net.norm.activation == "silu"
     assert (net.inp.in_features, net.inp.out_features) == (6, 33)
     assert (net.out.in_features, net.out.out_features) == (33, 2)
     assert (net.norm.normalized_shape, net.norm.eps, net.norm.impl, net.norm.fallback) == (

@@ -18,6 +18,7 @@ import numbers
 import torch
 
 from .backend import backend, kernel_device_type
+from .reference import ACTIVATIONS
 
 #: Largest row length the kernels take (``launch.py`` plans how each length is walked).
 MAX_N = 65536
@@ -41,12 +42,14 @@ _MIXED = frozenset(MIXED_PAIRS)
 _KERNEL_DEVICE_TYPE = kernel_device_type()
 
 
-def check_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> None:
-    """Validate the arguments of ``rmsnorm(x, gamma, eps)``; raise ``ContractError`` on the first problem.
+def check_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, activation: str | None = None) -> None:
+    """Validate the arguments of ``rmsnorm(x, gamma, eps, activation)``; raise ``ContractError`` on the first
+    problem.
 
     Runs on every call, so the common case takes the fewest attribute reads; the order of the checks
     (and so which problem is reported first) is the documented one: x and gamma are tensors; their
-    dtypes, then the pair; their devices; x not 0-d; N >= 1; gamma of shape (N,); eps; N <= MAX_N.
+    dtypes, then the pair; their devices; x not 0-d; N >= 1; gamma of shape (N,); eps; activation;
+    N <= MAX_N.
     """
     for name, t in (("x", x), ("gamma", gamma)):
         if not isinstance(t, torch.Tensor):
@@ -81,5 +84,7 @@ def check_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> None:
     if type(eps) is not float or not 0.0 < eps < math.inf:  # the fast test first: a positive finite float
         if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
             _fail("eps", f"is {eps!r}", "a finite number > 0")
+    if activation is not None and activation not in ACTIVATIONS:
+        _fail("activation", f"is {activation!r}", " or ".join(map(repr, ACTIVATIONS)))
     if n > MAX_N:
         _fail("x", f"has rows of N = {n} elements", f"N <= {MAX_N}")

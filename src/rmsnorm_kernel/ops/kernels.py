@@ -6,6 +6,11 @@ Each kernel sits next to the formula it computes (``reference.py`` has the oracl
     backward  u = dy * gamma;  dx = r * u - x * r^3 * sum(u * x) / N
               dgamma = sum over rows of (dy * x * r)
 
+With SILU (``activation="silu"``) every kernel also applies the layer that follows the norm: the forward
+stores silu(y) instead of y, and the backward, given the gradient of silu(y), first recomputes y from x
+and r and multiplies by silu'(y) (``_silu_grad``). y never goes to memory and back, which saves a
+read and a write of the activations in each direction over a separate SiLU.
+
 Two shapes of kernel (``launch.py`` decides which runs, with which tile and grid):
 
 - Whole rows: a program holds BLOCK_M complete rows of BLOCK_N = next_power_of_2(N) lanes in registers,
@@ -62,6 +67,14 @@ import triton.language as tl
 
 from .launch import SUM_BLOCK_N, SUM_BLOCK_P, SUM_WARPS, Plan, plan_for, vector_width
 
+
+@triton.jit
+def _silu_grad(y):
+    # d silu(y) / dy = s * (1 + y * (1 - s)), s = sigmoid(y): reference.silu_grad
+    s = tl.sigmoid(y)
+    return s * (1 + y * (1 - s))
+
+
 # --------------------------------------------------------------------------------------------------
 # Whole rows: forward
 # --------------------------------------------------------------------------------------------------
@@ -82,6 +95,7 @@ def _rmsnorm_fwd_kernel(
     BLOCK_N: tl.constexpr,
     STAGES: tl.constexpr,
     VEC: tl.constexpr,
+    SILU: tl.constexpr,
 ):
     # BLOCK_M rows per tile: short rows share a tile so that each one moves enough bytes. Program p takes
     # the tiles p, p + P, ...: one tile each when the grid covers them all, several when it is persistent,
@@ -104,6 +118,8 @@ def _rmsnorm_fwd_kernel(
         # into terms hundreds of times larger than dx when x is small (r ~ 700 at |x| ~ 1e-3).
         r = tl.div_rn(1.0, tl.sqrt_rn(mean_sq + tl.cast(eps, tl.float32)))
         y = x * r[:, None] * gamma[None, :]
+        if SILU:
+            y = y * tl.sigmoid(y)
         tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
@@ -131,6 +147,7 @@ def _rmsnorm_bwd_kernel(
     FINAL: tl.constexpr,
     STAGES: tl.constexpr,
     VEC: tl.constexpr,
+    SILU: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
@@ -156,6 +173,8 @@ def _rmsnorm_bwd_kernel(
         r = tl.div_rn(
             1.0, tl.sqrt_rn(tl.sum(x * x, axis=1) / N + tl.cast(eps, tl.float32))
         )  # the forward's r, same logical N
+        if SILU:  # dy is the gradient of silu(y): take it back through the SiLU
+            dy = dy * _silu_grad(x * r[:, None] * gamma[None, :])
         u = dy * gamma[None, :]
         mean_ux = tl.sum(u * x, axis=1) / N  # N again: the padding lanes hold u * x = 0
         dx = r[:, None] * u - x * (r * r * r * mean_ux)[:, None]
@@ -187,6 +206,7 @@ def _rmsnorm_fwd_chunked_kernel(
     STAGES: tl.constexpr,
     EVEN_N: tl.constexpr,
     VEC: tl.constexpr,
+    SILU: tl.constexpr,
 ):
     # One program per row (a persistent loop over rows measured slower, docs/performance-notes.md).
     if tl.program_id(0) == 0:  # count the call on the device
@@ -217,12 +237,18 @@ def _rmsnorm_fwd_chunked_kernel(
         if EVEN_N:
             x = tl.load(x_row + start + cols, eviction_policy="evict_first").to(tl.float32)
             gamma = tl.load(GAMMA + start + cols, eviction_policy="evict_last").to(tl.float32)
-            tl.store(y_row + start + cols, (x * r * gamma).to(Y.dtype.element_ty))
+            y = x * r * gamma
+            if SILU:
+                y = y * tl.sigmoid(y)
+            tl.store(y_row + start + cols, y.to(Y.dtype.element_ty))
         else:
             mask = start + cols < N
             x = tl.load(x_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
             gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-            tl.store(y_row + start + cols, (x * r * gamma).to(Y.dtype.element_ty), mask=mask)
+            y = x * r * gamma
+            if SILU:
+                y = y * tl.sigmoid(y)
+            tl.store(y_row + start + cols, y.to(Y.dtype.element_ty), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -245,6 +271,7 @@ def _rmsnorm_bwd_row_stats_kernel(
     BLOCK_N: tl.constexpr,
     STAGES: tl.constexpr,
     VEC: tl.constexpr,
+    SILU: tl.constexpr,
 ):
     # Per row: r, and coef = r^3 * mean(u * x), the two numbers dx = r * u - x * coef needs.
     if tl.program_id(0) == 0:  # count the call on the device
@@ -260,8 +287,16 @@ def _rmsnorm_bwd_row_stats_kernel(
         dy = tl.load(DY + row * stride_dy + start + cols, mask=mask, other=0.0).to(tl.float32)
         gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(tl.float32)
         sum_sq += x * x
-        sum_ux += dy * gamma * x
+        if not SILU:
+            sum_ux += dy * gamma * x
     r = tl.div_rn(1.0, tl.sqrt_rn(tl.sum(sum_sq, axis=0) / N + tl.cast(eps, tl.float32)))
+    if SILU:  # u needs silu'(y), and y needs r: a second walk over the row, once r is known
+        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
+            mask = start + cols < N
+            x = tl.load(X + row * stride_x + start + cols, mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(DY + row * stride_dy + start + cols, mask=mask, other=0.0).to(tl.float32)
+            gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(tl.float32)
+            sum_ux += dy * _silu_grad(x * r * gamma) * gamma * x
     tl.store(RSTD + row, r)
     tl.store(COEF + row, r * r * r * (tl.sum(sum_ux, axis=0) / N))
 
@@ -284,6 +319,7 @@ def _rmsnorm_bwd_looped_kernel(
     BLOCK_N: tl.constexpr,
     STAGES: tl.constexpr,
     VEC: tl.constexpr,
+    SILU: tl.constexpr,
 ):
     # Program (p, s): column segment s of the rows p, p + P, ...; its dgamma share stays in registers
     # because a segment, unlike a 65536-wide row, fits there.
@@ -303,6 +339,8 @@ def _rmsnorm_bwd_looped_kernel(
         coef = tl.load(COEF + rows, mask=row_mask, other=0.0)
         x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        if SILU:  # as in _rmsnorm_bwd_kernel
+            dy = dy * _silu_grad(x * r[:, None] * gamma[None, :])
         dx = r[:, None] * (dy * gamma[None, :]) - x * coef[:, None]
         tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         dgamma_acc += tl.sum(dy * x * r[:, None], axis=0).to(tl.float64)
@@ -381,11 +419,12 @@ def rmsnorm_forward(
     calls: torch.Tensor,
     p: Plan | None = None,
     launch: Callable = direct,
+    activation: str | None = None,
 ) -> torch.Tensor:
-    """y = rmsnorm(x) * gamma in x's dtype, contiguous, for x of shape (..., N) with rows at one stride.
-    ``calls``: ``counters.calls(x.device)``, whose forward count the kernel increments (not for an x
-    with no rows: nothing is launched). ``launch(kernel)`` gives what is launched: the kernel itself, or
-    ``wrap_triton(kernel)`` while torch.compile traces."""
+    """y = rmsnorm(x) * gamma in x's dtype, contiguous, for x of shape (..., N) with rows at one stride;
+    silu(y) with ``activation="silu"``. ``calls``: ``counters.calls(x.device)``, whose forward count the
+    kernel increments (not for an x with no rows: nothing is launched). ``launch(kernel)`` gives what is
+    launched: the kernel itself, or ``wrap_triton(kernel)`` while torch.compile traces."""
     if x.numel() == 0:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
     n = int(x.shape[-1])
@@ -411,6 +450,7 @@ def rmsnorm_forward(
             STAGES=p.fwd_stages,
             EVEN_N=n % p.block_n == 0,
             VEC=vec,
+            SILU=activation == "silu",
             num_warps=p.fwd_warps,
         )
     else:
@@ -428,6 +468,7 @@ def rmsnorm_forward(
             BLOCK_N=p.block_n,
             STAGES=p.fwd_stages,
             VEC=vec,
+            SILU=activation == "silu",
             num_warps=p.fwd_warps,
         )
     return y
@@ -441,8 +482,10 @@ def rmsnorm_backward(
     calls: torch.Tensor,
     p: Plan | None = None,
     launch: Callable = direct,
+    activation: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dx in x's dtype, dgamma in gamma's dtype) for dy and x of the same shape (..., N).
+    """(dx in x's dtype, dgamma in gamma's dtype) for dy and x of the same shape (..., N); with
+    ``activation="silu"``, dy is the gradient of the forward's silu(y).
     ``calls``: ``counters.calls(x.device)``, whose backward count the first kernel increments (not for
     an x with no rows: nothing is launched, and dgamma, a sum over no rows, is zeros). ``launch`` as in
     ``rmsnorm_forward``."""
@@ -478,6 +521,7 @@ def rmsnorm_backward(
             BLOCK_N=p.stats_block_n,
             STAGES=p.bwd_stages,
             VEC=vec,
+            SILU=activation == "silu",
             num_warps=p.stats_warps,
         )
         launch(_rmsnorm_bwd_looped_kernel)[p.bwd_grid](
@@ -497,6 +541,7 @@ def rmsnorm_backward(
             BLOCK_N=p.bwd_block_n,
             STAGES=p.bwd_stages,
             VEC=vec,
+            SILU=activation == "silu",
             num_warps=p.bwd_warps,
         )
     else:
@@ -520,6 +565,7 @@ def rmsnorm_backward(
             FINAL=final,
             STAGES=p.bwd_stages,
             VEC=vec,
+            SILU=activation == "silu",
             num_warps=p.bwd_warps,
         )
         if final:

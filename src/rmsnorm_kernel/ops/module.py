@@ -13,7 +13,7 @@ from torch import nn
 from .contract import ContractError, check_forward
 from .impls import FALLBACKS, IMPLS
 from .op import rmsnorm
-from .reference import rmsnorm_reference
+from .reference import ACTIVATIONS, rmsnorm_reference
 
 log = logging.getLogger("rmsnorm_kernel")
 
@@ -52,6 +52,12 @@ class RMSNorm(nn.Module):
     multiply by a ones tensor of N elements in x's dtype, made once per (device, dtype) and kept (see
     ``_ones``); multiplying by one is exact, so the result is the unscaled norm.
 
+    ``activation="silu"`` (keyword only, None by default) makes the module compute ``silu(rmsnorm(x))``: the
+    SiLU that follows the norm in a network, in the same call. The Triton path computes both in the same
+    kernels, so the norm's output is never written to memory and read back, in either direction (as
+    ``torch.compile`` fuses them); the reference applies SiLU before rounding to x's dtype, and the
+    native path calls ``F.silu`` on ``F.rms_norm``'s output.
+
     ``fallback="reference"`` (keyword only, off by default) sends inputs that the Triton path's contract
     refuses to the reference instead of raising ``ContractError``. Each such call is counted in
     ``fallback_count``, and the first one logs its reason as a warning.
@@ -75,17 +81,21 @@ class RMSNorm(nn.Module):
         *,
         impl: str = "triton",
         fallback: str | None = None,
+        activation: str | None = None,
     ):
         super().__init__()
         if impl not in IMPLS:
             raise ValueError(f"RMSNorm: impl is {impl!r}; accepted: {', '.join(map(repr, IMPLS))}")
         if fallback not in FALLBACKS:
             raise ValueError(f"RMSNorm: fallback is {fallback!r}; accepted: None or 'reference'")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"RMSNorm: activation is {activation!r}; accepted: {' or '.join(map(repr, ACTIVATIONS))}")
         self.normalized_shape = _checked_shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         self.impl = impl
         self.fallback = fallback
+        self.activation = activation
         self.fallback_count = 0
         #: ones of N elements per (device, dtype) of x, the weight of the kernels and the reference
         #: when there is none; not a buffer, so that the state dict stays torch's
@@ -104,7 +114,8 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_trailing_shape(x)
         if self.impl == "native":
-            return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+            y = F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+            return F.silu(y) if self.activation == "silu" else y
         eps = default_eps(x.dtype) if self.eps is None else self.eps
         n = math.prod(self.normalized_shape)
         flat = len(self.normalized_shape) == 1
@@ -114,7 +125,7 @@ class RMSNorm(nn.Module):
         else:
             w = self.weight if flat else self.weight.reshape(n)
         if self.impl == "reference":
-            y = rmsnorm_reference(x2, w, eps)
+            y = rmsnorm_reference(x2, w, eps, self.activation)
         else:
             y = self._triton(x2, w, eps)
         return y if flat else y.reshape(x.shape)
@@ -129,8 +140,8 @@ class RMSNorm(nn.Module):
                         "RMSNorm: %s; using the reference path (fallback='reference'), counted from now on", reason
                     )
                 self.fallback_count += 1
-                return rmsnorm_reference(x, w, eps)
-        return rmsnorm(x, w, eps)
+                return rmsnorm_reference(x, w, eps, self.activation)
+        return rmsnorm(x, w, eps, self.activation)
 
     def _check_trailing_shape(self, x: torch.Tensor) -> None:
         """Refuse an x whose trailing dimensions are not ``normalized_shape``, with the exception type that
@@ -165,13 +176,15 @@ class RMSNorm(nn.Module):
         return ones
 
     def extra_repr(self) -> str:
-        """torch's ``{normalized_shape}, eps={eps}, elementwise_affine={...}``, then impl and fallback
-        where they are not the defaults."""
+        """torch's ``{normalized_shape}, eps={eps}, elementwise_affine={...}``, then impl, fallback and
+        activation where they are not the defaults."""
         text = f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
         if self.impl != "triton":
             text += f", impl={self.impl!r}"
         if self.fallback is not None:
             text += f", fallback={self.fallback!r}"
+        if self.activation is not None:
+            text += f", activation={self.activation!r}"
         return text
 
 

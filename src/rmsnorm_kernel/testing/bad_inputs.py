@@ -1,10 +1,11 @@
 """The contract's bad inputs: every input the Triton path must refuse, named once for the tests and the
 ``negative`` command.
 
-Each ``Violation`` builds ``(x, gamma, eps)`` on a device, names the argument at fault (as the refusal
-names it first: ``x``, ``gamma``, ``eps``, or ``x and gamma``) and holds a pattern that the message of
-the ``ContractError`` must match. An x without rows is no violation by itself (it gives an empty y
-without a launch), but it is checked for everything else: the ``no_rows_*`` cases are refused for their
+Each ``Violation`` builds ``(x, gamma, eps)`` on a device, holds the ``activation`` passed with them,
+names the argument at fault (as the refusal names it first: ``x``, ``gamma``, ``eps``, ``activation``, or
+``x and gamma``) and holds a pattern that the message of the ``ContractError`` must match. An x without
+rows is no violation by itself (it gives an empty y without a launch), but it is checked for everything
+else: the ``no_rows_*`` cases are refused for their
 other fault. Rows of zero elements (N = 0) are a violation, reported before gamma's length.
 """
 
@@ -17,20 +18,23 @@ from dataclasses import dataclass
 import torch
 
 from ..ops.contract import MAX_N
+from ..ops.reference import ACTIVATIONS
 
 _DTYPES = r"float32, float16 or bfloat16"
 _EPS = r"a finite number > 0"
+_ACTIVATIONS = re.escape(" or ".join(map(repr, ACTIVATIONS)))
 
 
 @dataclass(frozen=True)
 class Violation:
-    """An input the Triton path must refuse: ``build(device)`` returns ``(x, gamma, eps)``; the refusal
-    names ``argument`` and matches the pattern ``message``."""
+    """An input the Triton path must refuse: ``build(device)`` returns ``(x, gamma, eps)``, called with
+    ``activation``; the refusal names ``argument`` and matches the pattern ``message``."""
 
     name: str
     argument: str
     build: Callable[[str], tuple]
     message: str
+    activation: object = None
 
     def problems(self, refusal: str) -> list[str]:
         """Why ``refusal`` (a ContractError's message) is not this violation's: [] when it names the
@@ -166,7 +170,22 @@ CONTRACT_VIOLATIONS: tuple[Violation, ...] = (
     Violation("eps_inf", "eps", lambda d: (*_x_and_gamma((4, 6), d), float("inf")), rf"eps is inf; accepted: {_EPS}"),
     Violation("eps_bool", "eps", lambda d: (*_x_and_gamma((4, 6), d), True), rf"eps is True; accepted: {_EPS}"),
     Violation("eps_str", "eps", lambda d: (*_x_and_gamma((4, 6), d), "1e-6"), rf"eps is '1e-6'; accepted: {_EPS}"),
+    # activation
+    Violation(
+        "activation_unknown",
+        "activation",
+        lambda d: (*_x_and_gamma((4, 6), d), 1e-6),
+        rf"activation is 'gelu'; accepted: {_ACTIVATIONS}",
+        activation="gelu",
+    ),
     # an x without rows, refused for its other fault
+    Violation(
+        "no_rows_activation_unknown",
+        "activation",
+        lambda d: (*_x_and_gamma((0, 6), d), 1e-6),
+        rf"activation is 'SiLU'; accepted: {_ACTIVATIONS}",
+        activation="SiLU",
+    ),
     Violation("no_rows_eps_zero", "eps", lambda d: (*_x_and_gamma((0, 6), d), 0.0), rf"eps is 0\.0; accepted: {_EPS}"),
     Violation(
         "no_rows_x_float64",

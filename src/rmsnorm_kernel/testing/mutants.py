@@ -47,7 +47,10 @@ def block_mean_kernel(name: str):
     import tempfile
     from pathlib import Path
 
-    source = "import triton\nimport triton.language as tl\n\n\n" + block_mean_source(getattr(kernels, name))
+    source = (
+        "import triton\nimport triton.language as tl\n\nfrom rmsnorm_kernel.ops.kernels import _silu_grad\n\n\n"
+        + block_mean_source(getattr(kernels, name))
+    )
     folder = Path(tempfile.mkdtemp(prefix="rmsnorm_kernel_mutants_"))
     path = folder / f"{name}_block_mean.py"
     path.write_text(source)
@@ -75,8 +78,9 @@ def _whole_row_plan(x2: torch.Tensor, gamma: torch.Tensor):
     return p
 
 
-def forward_block_mean(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
-    """The forward with the BLOCK-denominator defect (x of shape (..., N), rows at one stride)."""
+def forward_block_mean(x: torch.Tensor, gamma: torch.Tensor, eps: float, activation: str | None = None) -> torch.Tensor:
+    """The forward with the BLOCK-denominator defect (x of shape (..., N), rows at one stride), followed
+    by ``activation`` as in the real kernel."""
     n = x.shape[-1]
     x2 = x.reshape(-1, n)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -97,6 +101,7 @@ def forward_block_mean(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torc
         BLOCK_N=p.block_n,
         STAGES=p.fwd_stages,
         VEC=p.vec,
+        SILU=activation == "silu",
         num_warps=p.fwd_warps,
     )
     return y
@@ -130,6 +135,7 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
         FINAL=False,
         STAGES=p.bwd_stages,
         VEC=1,
+        SILU=False,
         num_warps=p.bwd_warps,
     )
     return dx
