@@ -120,7 +120,7 @@ def test_in_a_multirun_a_failed_check_is_left_to_the_end(tmp_path, capsys, monke
 
 MUTANT = (
     "import rmsnorm_kernel.ops.kernels as k, rmsnorm_kernel.testing.mutants as m\n"
-    "k.rmsnorm_forward = lambda x, g, eps, *_: m.forward_block_mean(x, g, eps)  # wrong at N = 257\n"
+    "k.rmsnorm_forward = lambda x, g, eps, *_, activation=None, **__: m.forward_block_mean(x, g, eps, activation)\n"
 )
 
 
