@@ -5,6 +5,7 @@ test process is imported yet."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import subprocess
@@ -12,6 +13,7 @@ import sys
 
 import pytest
 
+from rmsnorm_kernel.ops.backend import interpreter_problem
 from tests.helpers import ROOT
 
 WARNING = "rmsnorm_kernel: no CUDA device found; the Triton kernels run on the CPU through Triton's interpreter"
@@ -52,6 +54,12 @@ def run_python(code: str, **env) -> subprocess.CompletedProcess:
     )
 
 
+#: Why this machine's Triton and NumPy cannot run the interpreter (the package refuses at import), or None.
+INTERPRETER_PROBLEM = interpreter_problem(importlib.metadata.version("triton"), importlib.metadata.version("numpy"))
+needs_a_working_interpreter = pytest.mark.skipif(
+    INTERPRETER_PROBLEM is not None, reason="this Triton's interpreter cannot run with this NumPy"
+)
+
 FIRST = {
     "triton": "import triton",
     "triton.language": "import triton.language as tl",
@@ -61,6 +69,7 @@ FIRST = {
 
 
 @pytest.mark.slow
+@needs_a_working_interpreter
 @pytest.mark.parametrize("first", sorted(FIRST))
 def test_the_kernels_run_in_the_interpreter_whatever_was_imported_first(first):
     proc = run_python(f"{FIRST[first]}\n{CHECK}")
@@ -72,6 +81,7 @@ def test_the_kernels_run_in_the_interpreter_whatever_was_imported_first(first):
 
 
 @pytest.mark.slow
+@needs_a_working_interpreter
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
 def test_the_kernels_run_after_transformers_imported_triton():
     code = "import sys\nfrom transformers import PreTrainedModel\nassert 'triton.language' in sys.modules\n"
@@ -82,6 +92,7 @@ def test_the_kernels_run_after_transformers_imported_triton():
 
 
 @pytest.mark.slow
+@needs_a_working_interpreter
 def test_triton_helpers_are_decorated_again_for_the_interpreter_and_it_is_logged():
     code = (
         "import logging, triton, triton.language as tl\n"
@@ -99,6 +110,7 @@ def test_triton_helpers_are_decorated_again_for_the_interpreter_and_it_is_logged
 
 
 @pytest.mark.slow
+@needs_a_working_interpreter
 def test_import_is_refused_with_one_line_where_the_helpers_cannot_be_interpreted():
     """A program that pinned Triton's knob to compiled mode: the decorator never sees the variable."""
     proc = run_python("import triton\ntriton.knobs.runtime.interpret = False\nimport rmsnorm_kernel\n")
@@ -111,8 +123,38 @@ def test_import_is_refused_with_one_line_where_the_helpers_cannot_be_interpreted
 
 
 @pytest.mark.slow
+@needs_a_working_interpreter
 def test_importing_the_package_imports_no_triton_before_the_choice():
     """The backend module reads the device and sets the variable without importing Triton itself."""
     proc = run_python("import sys, rmsnorm_kernel, os\nprint('triton' in sys.modules, os.environ['TRITON_INTERPRET'])")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False 1"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(INTERPRETER_PROBLEM is None, reason="this Triton's interpreter runs with this NumPy")
+def test_an_interpreter_that_cannot_run_with_this_numpy_is_refused_at_import_in_one_line():
+    proc = run_python("import rmsnorm_kernel")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == f"ImportError: {INTERPRETER_PROBLEM}"
+
+
+@pytest.mark.parametrize(
+    "triton_version, numpy_version, refused",
+    [
+        ("3.6.0", "2.4.6", True),
+        ("3.6.1", "2.4.0rc1", True),
+        ("3.6.0", "3.0.0", True),
+        ("3.6.0", "2.3.5", False),
+        ("3.7.0", "2.4.6", False),
+        ("3.9.0", "2.4.6", False),
+    ],
+)
+def test_triton_3_6s_interpreter_with_numpy_2_4_or_later_is_named_with_what_is_accepted(
+    triton_version, numpy_version, refused
+):
+    problem = interpreter_problem(triton_version, numpy_version)
+    assert (problem is not None) == refused
+    if refused:
+        assert f"Triton {triton_version}'s interpreter fails with NumPy {numpy_version}" in problem
+        assert problem.endswith("accepted: numpy < 2.4 (pip install 'numpy<2.4') or triton >= 3.7")

@@ -15,13 +15,20 @@ already compiled-mode functions. Under the interpreter, this module then runs Tr
 define them again (``importlib.reload``), so that ``@triton.jit`` decorates them anew for the
 interpreter, as it would have with the variable set from the start; where that leaves any
 compiled-mode helper, it refuses at import with what to do.
+
+Under the interpreter it also refuses at import a Triton and a NumPy that cannot run it together:
+Triton 3.6's interpreter converts one-element arrays to Python ints with ``int()``, which NumPy 2.4
+refuses ("only 0-dimensional arrays can be converted to Python scalars"), so every kernel would fail;
+Triton 3.7 converts them first.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import logging
 import os
+import re
 import sys
 
 import torch
@@ -52,6 +59,30 @@ def _choose_backend() -> str:
         "interpreter (TRITON_INTERPRET=1), which is correct but slow"
     )
     return INTERPRETER
+
+
+def _release(version: str) -> tuple[int, int]:
+    """(major, minor) of a version string such as ``3.6.0`` or ``2.4.0rc1``."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+def interpreter_problem(triton_version: str, numpy_version: str) -> str | None:
+    """Why Triton's interpreter of ``triton_version`` cannot run the kernels with NumPy of
+    ``numpy_version``, in one line with what is accepted; None when it can."""
+    if _release(triton_version) < (3, 7) and _release(numpy_version) >= (2, 4):
+        return (
+            f"rmsnorm_kernel: without a GPU the kernels run in Triton's interpreter, and Triton "
+            f"{triton_version}'s interpreter fails with NumPy {numpy_version} (it converts arrays to Python "
+            "ints in a way NumPy 2.4 refuses); accepted: numpy < 2.4 (pip install 'numpy<2.4') or triton >= 3.7"
+        )
+    return None
+
+
+def _check_interpreter_versions() -> None:
+    problem = interpreter_problem(importlib.metadata.version("triton"), importlib.metadata.version("numpy"))
+    if problem is not None:
+        raise ImportError(problem)
 
 
 def _compiled_helpers(tl) -> list:
@@ -90,6 +121,7 @@ def _interpret_triton_helpers() -> None:
 
 _BACKEND = _choose_backend()
 if _BACKEND == INTERPRETER:
+    _check_interpreter_versions()
     _interpret_triton_helpers()
 
 
