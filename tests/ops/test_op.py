@@ -237,15 +237,14 @@ def test_torch_compile_fullgraph_of_an_x_without_rows_gives_an_empty_y_and_a_zer
 
     for name in ("rmsnorm_forward", "rmsnorm_backward"):
         monkeypatch.setattr(kernels, name, spy(name))
-    # A graph found in the on-disk caches (an earlier process compiled it) would not be traced again.
-    monkeypatch.setattr(torch.compiler.config, "force_disable_caches", True)
     torch.compiler.reset()
     norm = RMSNorm(33, impl=impl).to(device)
     with torch.no_grad():
         norm.weight.copy_(torch.linspace(0.5, 1.5, 33))
     x = torch.randn(2, 0, 33, device=device, dtype=torch.bfloat16, requires_grad=True)
     before = call_counts()
-    with kernel_launches_forbidden():
+    # Without the on-disk caches: a graph an earlier process compiled would not be traced again.
+    with kernel_launches_forbidden(), torch.compiler.config.patch(force_disable_caches=True):
         y = torch.compile(norm, fullgraph=True)(x)
         y.sum().backward()
     assert_empty_y_empty_dx_zero_dgamma(y, x, norm.weight)
