@@ -8,7 +8,7 @@ import triton
 from rmsnorm_kernel import oracle, rmsnorm, rmsnorm_reference
 from rmsnorm_kernel.ops import counters, kernels, launch
 from rmsnorm_kernel.ops.reference import manual_backward
-from rmsnorm_kernel.ops.tolerances import compare
+from rmsnorm_kernel.ops.tolerances import compare, tolerance_dtype
 from rmsnorm_kernel.testing import make_inputs
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -36,20 +36,22 @@ LONG_CASES = [
 ]
 
 
-def triton_grads(x, gamma, dy, activation=None):
+def triton_grads(x, gamma, dy, activation=None, mode="torch"):
     """(y, dx, dgamma) of the Triton path through autograd, from fresh leaves."""
     xl = x.detach().clone().requires_grad_()
     gl = gamma.detach().clone().requires_grad_()
-    y = rmsnorm(xl, gl, activation=activation)
-    y.backward(dy)
+    y = rmsnorm(xl, gl, activation=activation, mode=mode)
+    y.backward(dy.to(y.dtype))
     return y.detach(), xl.grad, gl.grad
 
 
-def assert_matches_oracle(x, gamma, dy, dgamma_dtype=None, activation=None):
-    got = triton_grads(x, gamma, dy, activation)
-    for name, g, want in zip(("y", "dx", "dgamma"), got, oracle(x, gamma, dy, activation=activation)):
+def assert_matches_oracle(x, gamma, dy, dgamma_dtype=None, activation=None, mode="torch"):
+    got = triton_grads(x, gamma, dy, activation, mode)
+    want_all = oracle(x, gamma, dy, activation=activation, mode=mode)
+    for name, g, want in zip(("y", "dx", "dgamma"), got, want_all):
         assert g.dtype == want.dtype and g.shape == want.shape, name
-        c = compare(g, want, dgamma_dtype if name == "dgamma" else None)
+        dtype = dgamma_dtype if name == "dgamma" and dgamma_dtype else tolerance_dtype(want.dtype, x.dtype, mode)
+        c = compare(g, want, dtype)
         assert c.ok, f"{name}: max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} over {c.tolerance}"
     return got
 
@@ -77,7 +79,7 @@ def test_long_rows_match_oracle_forward_dx_and_dgamma(shape, dtype, device):
 
 
 # Shapes that between them take every branch of each direction (asserted below).
-SILU_CASES = [
+BRANCH_CASES = [
     ((1, 1), torch.float32),
     ((128, 256), torch.float32),
     ((17, 257), torch.bfloat16),
@@ -89,7 +91,7 @@ SILU_CASES = [
 ]
 
 
-@pytest.mark.parametrize("shape, dtype", SILU_CASES, ids=str)
+@pytest.mark.parametrize("shape, dtype", BRANCH_CASES, ids=str)
 def test_norm_then_silu_matches_oracle(shape, dtype, device):
     x, gamma, dy = make_inputs(shape, dtype, device)
     y, _, _ = assert_matches_oracle(x, gamma, dy, activation="silu")
@@ -97,10 +99,46 @@ def test_norm_then_silu_matches_oracle(shape, dtype, device):
     assert not compare(y, oracle(x, gamma, dy)[0]).ok
 
 
-def test_norm_then_silu_cases_take_every_branch_of_each_direction(device):
-    plans = [launch.plan_for(*make_inputs(shape, dtype, device)[:2]) for shape, dtype in SILU_CASES]
+def test_branch_cases_take_every_branch_of_each_direction(device):
+    plans = [launch.plan_for(*make_inputs(shape, dtype, device)[:2]) for shape, dtype in BRANCH_CASES]
     assert {p.fwd_branch for p in plans} == set(launch.FORWARD_BRANCHES)
     assert {p.bwd_branch for p in plans} == set(launch.BACKWARD_BRANCHES)
+
+
+@pytest.mark.parametrize("mode", ["llama", "gemma"])
+@pytest.mark.parametrize("shape, dtype", BRANCH_CASES, ids=str)
+def test_numerics_modes_match_their_oracle_in_every_branch(shape, dtype, mode, device):
+    x, gamma, dy = make_inputs(shape, dtype, device)
+    if mode == "gemma":
+        gamma = gamma - 1  # Gemma's weights are offsets from 1: the same scale as the other modes
+    y, _, _ = assert_matches_oracle(x, gamma, dy, mode=mode)
+    assert y.dtype == dtype
+
+
+@pytest.mark.parametrize("mode", ["llama", "gemma"])
+def test_numerics_modes_with_silu_match_their_oracle(mode, device):
+    x, gamma, dy = make_inputs((3, 8193), torch.bfloat16, device)  # the looped backward: silu in two kernels
+    assert_matches_oracle(x, gamma, dy, activation="silu", mode=mode)
+    x, gamma, dy = make_inputs((17, 257), torch.bfloat16, device)
+    assert_matches_oracle(x, gamma, dy, activation="silu", mode=mode)
+
+
+@pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_llama_mode_with_a_float32_weight_gives_float32_y_as_type_promotion_does(x_dtype, device):
+    x, gamma, dy = make_inputs((17, 257), x_dtype, device, gamma_dtype=torch.float32)
+    y, dx, dgamma = assert_matches_oracle(x, gamma, dy.float(), mode="llama")
+    assert (y.dtype, dx.dtype, dgamma.dtype) == (torch.float32, x_dtype, torch.float32)
+
+
+def test_llama_mode_rounds_the_normalized_x_before_the_weight(device):
+    # n = x / rms(x) = [1.9022, 0.5944, 0.1189, 0.1189]; bfloat16(n) * 3 and bfloat16(n * 3) differ in three
+    # places (values from torch: LlamaRMSNorm's expression and F.rms_norm's)
+    x = torch.tensor([[16.0, 5.0, 1.0, 1.0]], device=device, dtype=torch.bfloat16)
+    gamma = torch.full((4,), 3.0, device=device, dtype=torch.bfloat16)
+    llama = torch.tensor([[5.6875, 1.78125, 0.35546875, 0.35546875]], dtype=torch.bfloat16)
+    torch_mode = torch.tensor([[5.71875, 1.78125, 0.357421875, 0.357421875]], dtype=torch.bfloat16)
+    assert torch.equal(rmsnorm(x, gamma, mode="llama").cpu(), llama)
+    assert torch.equal(rmsnorm(x, gamma).cpu(), torch_mode)
 
 
 def test_norm_then_silu_counts_one_call_each_way(device):

@@ -18,7 +18,7 @@ import numbers
 import torch
 
 from .backend import backend, kernel_device_type
-from .reference import ACTIVATIONS
+from .reference import ACTIVATIONS, MODES
 
 #: Largest row length the kernels take (``launch.py`` plans how each length is walked).
 MAX_N = 65536
@@ -42,13 +42,15 @@ _MIXED = frozenset(MIXED_PAIRS)
 _KERNEL_DEVICE_TYPE = kernel_device_type()
 
 
-def check_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, activation: str | None = None) -> None:
-    """Validate the arguments of ``rmsnorm(x, gamma, eps, activation)``; raise ``ContractError`` on the first
-    problem.
+def check_forward(
+    x: torch.Tensor, gamma: torch.Tensor, eps: float, activation: str | None = None, mode: str = "torch"
+) -> None:
+    """Validate the arguments of ``rmsnorm(x, gamma, eps, activation, mode)``; raise ``ContractError`` on the
+    first problem.
 
     Runs on every call, so the common case takes the fewest attribute reads; the order of the checks
     (and so which problem is reported first) is the documented one: x and gamma are tensors; their
-    dtypes, then the pair; their devices; x not 0-d; N >= 1; gamma of shape (N,); eps; activation;
+    dtypes, then the pair; their devices; x not 0-d; N >= 1; gamma of shape (N,); eps; activation; mode;
     N <= MAX_N.
     """
     for name, t in (("x", x), ("gamma", gamma)):
@@ -86,5 +88,7 @@ def check_forward(x: torch.Tensor, gamma: torch.Tensor, eps: float, activation: 
             _fail("eps", f"is {eps!r}", "a finite number > 0")
     if activation is not None and activation not in ACTIVATIONS:
         _fail("activation", f"is {activation!r}", " or ".join(map(repr, ACTIVATIONS)))
+    if mode != "torch" and mode not in MODES:
+        _fail("mode", f"is {mode!r}", " or ".join(map(repr, MODES)))
     if n > MAX_N:
         _fail("x", f"has rows of N = {n} elements", f"N <= {MAX_N}")

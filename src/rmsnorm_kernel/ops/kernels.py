@@ -2,9 +2,12 @@
 
 Each kernel sits next to the formula it computes (``reference.py`` has the oracle):
 
-    forward   r = 1 / sqrt(sum(x^2) / N + eps);  y = x * r * gamma
+    forward   r = 1 / sqrt(sum(x^2) / N + eps);  n = x * r;  y = n * gamma
     backward  u = dy * gamma;  dx = r * u - x * r^3 * sum(u * x) / N
-              dgamma = sum over rows of (dy * x * r)
+              dgamma = sum over rows of (dy * n)
+
+The numerics modes of ``reference.py`` are two switches of every kernel: ROUND_NORM (``"llama"``) rounds
+n to x's dtype before the weight multiplies it, WEIGHT_OFFSET (``"gemma"``) makes the scale 1 + gamma.
 
 With SILU (``activation="silu"``) every kernel also applies the layer that follows the norm: the forward
 stores silu(y) instead of y, and the backward, given the gradient of silu(y), first recomputes y from x
@@ -66,6 +69,26 @@ import triton
 import triton.language as tl
 
 from .launch import SUM_BLOCK_N, SUM_BLOCK_P, SUM_WARPS, Plan, plan_for, vector_width
+from .reference import output_dtype
+
+
+@triton.jit
+def _scale(gamma, WEIGHT_OFFSET: tl.constexpr):
+    # what multiplies n: gamma, or 1 + gamma in gemma mode (reference._scale)
+    if WEIGHT_OFFSET:
+        gamma = gamma + 1.0
+    return gamma
+
+
+@triton.jit
+def _rounded(v, DTYPE: tl.constexpr):
+    # v (float32) in DTYPE, rounded to nearest, ties to even, as torch rounds. Written out for bfloat16,
+    # because Triton's interpreter truncates float32 to bfloat16; after it the cast is exact.
+    if DTYPE == tl.bfloat16:
+        bits = v.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        v = tl.where(v == v, bits.to(tl.float32, bitcast=True), v)  # NaN stays NaN
+    return v.to(DTYPE)
 
 
 @triton.jit
@@ -96,6 +119,8 @@ def _rmsnorm_fwd_kernel(
     STAGES: tl.constexpr,
     VEC: tl.constexpr,
     SILU: tl.constexpr,
+    ROUND_NORM: tl.constexpr,
+    WEIGHT_OFFSET: tl.constexpr,
 ):
     # BLOCK_M rows per tile: short rows share a tile so that each one moves enough bytes. Program p takes
     # the tiles p, p + P, ...: one tile each when the grid covers them all, several when it is persistent,
@@ -106,7 +131,7 @@ def _rmsnorm_fwd_kernel(
     N, stride_x, stride_y = N // VEC * VEC, stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
+    gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32), WEIGHT_OFFSET)
     for tile in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64: rows * stride may pass 2**31
         mask = (rows < M)[:, None] & col_mask[None, :]
@@ -117,10 +142,13 @@ def _rmsnorm_fwd_kernel(
         # Correctly rounded: tl.sqrt and 1 / x are approximate on a GPU, and the backward multiplies r^3
         # into terms hundreds of times larger than dx when x is small (r ~ 700 at |x| ~ 1e-3).
         r = tl.div_rn(1.0, tl.sqrt_rn(mean_sq + tl.cast(eps, tl.float32)))
-        y = x * r[:, None] * gamma[None, :]
+        n = x * r[:, None]
+        if ROUND_NORM:  # llama: n in x's dtype before the weight multiplies it
+            n = _rounded(n, X.dtype.element_ty).to(tl.float32)
+        y = n * gamma[None, :]
         if SILU:
             y = y * tl.sigmoid(y)
-        tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(Y + rows[:, None] * stride_y + cols[None, :], _rounded(y, Y.dtype.element_ty), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -148,6 +176,8 @@ def _rmsnorm_bwd_kernel(
     STAGES: tl.constexpr,
     VEC: tl.constexpr,
     SILU: tl.constexpr,
+    ROUND_NORM: tl.constexpr,
+    WEIGHT_OFFSET: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
@@ -157,7 +187,7 @@ def _rmsnorm_bwd_kernel(
     stride_dy, stride_x, stride_dx = stride_dy // VEC * VEC, stride_x // VEC * VEC, stride_dx // VEC * VEC
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
+    gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32), WEIGHT_OFFSET)
     # This program's share of dgamma, kept in registers across all its rows (no M x N scratch), in
     # float64: a float32 running sum over thousands of rows drifts by more than float32's tolerance;
     # one float64 add per element costs no memory traffic.
@@ -173,14 +203,17 @@ def _rmsnorm_bwd_kernel(
         r = tl.div_rn(
             1.0, tl.sqrt_rn(tl.sum(x * x, axis=1) / N + tl.cast(eps, tl.float32))
         )  # the forward's r, same logical N
+        n = x * r[:, None]
+        if ROUND_NORM:  # as the forward did; its gradient is the identity, as autograd takes it
+            n = _rounded(n, X.dtype.element_ty).to(tl.float32)
         if SILU:  # dy is the gradient of silu(y): take it back through the SiLU
-            dy = dy * _silu_grad(x * r[:, None] * gamma[None, :])
+            dy = dy * _silu_grad(n * gamma[None, :])
         u = dy * gamma[None, :]
         mean_ux = tl.sum(u * x, axis=1) / N  # N again: the padding lanes hold u * x = 0
         dx = r[:, None] * u - x * (r * r * r * mean_ux)[:, None]
         tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         # Masked rows and lanes hold dy = x = 0: they add nothing.
-        dgamma_acc += tl.sum(dy * x * r[:, None], axis=0).to(tl.float64)
+        dgamma_acc += tl.sum(dy * n, axis=0).to(tl.float64)
     if FINAL:  # the only program: this is dgamma itself, in gamma's dtype
         tl.store(DGAMMA_OUT + cols, dgamma_acc.to(tl.float32).to(DGAMMA_OUT.dtype.element_ty), mask=col_mask)
     else:  # row pid of the (P, N) float64 partials
@@ -207,6 +240,8 @@ def _rmsnorm_fwd_chunked_kernel(
     EVEN_N: tl.constexpr,
     VEC: tl.constexpr,
     SILU: tl.constexpr,
+    ROUND_NORM: tl.constexpr,
+    WEIGHT_OFFSET: tl.constexpr,
 ):
     # One program per row (a persistent loop over rows measured slower, docs/performance-notes.md).
     if tl.program_id(0) == 0:  # count the call on the device
@@ -236,19 +271,26 @@ def _rmsnorm_fwd_chunked_kernel(
     for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
         if EVEN_N:
             x = tl.load(x_row + start + cols, eviction_policy="evict_first").to(tl.float32)
-            gamma = tl.load(GAMMA + start + cols, eviction_policy="evict_last").to(tl.float32)
-            y = x * r * gamma
+            gamma = _scale(tl.load(GAMMA + start + cols, eviction_policy="evict_last").to(tl.float32), WEIGHT_OFFSET)
+            n = x * r
+            if ROUND_NORM:  # llama: n in x's dtype before the weight multiplies it
+                n = _rounded(n, X.dtype.element_ty).to(tl.float32)
+            y = n * gamma
             if SILU:
                 y = y * tl.sigmoid(y)
-            tl.store(y_row + start + cols, y.to(Y.dtype.element_ty))
+            tl.store(y_row + start + cols, _rounded(y, Y.dtype.element_ty))
         else:
             mask = start + cols < N
             x = tl.load(x_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-            gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-            y = x * r * gamma
+            gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0, eviction_policy="evict_last")
+            gamma = _scale(gamma.to(tl.float32), WEIGHT_OFFSET)
+            n = x * r
+            if ROUND_NORM:
+                n = _rounded(n, X.dtype.element_ty).to(tl.float32)
+            y = n * gamma
             if SILU:
                 y = y * tl.sigmoid(y)
-            tl.store(y_row + start + cols, y.to(Y.dtype.element_ty), mask=mask)
+            tl.store(y_row + start + cols, _rounded(y, Y.dtype.element_ty), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -272,6 +314,8 @@ def _rmsnorm_bwd_row_stats_kernel(
     STAGES: tl.constexpr,
     VEC: tl.constexpr,
     SILU: tl.constexpr,
+    ROUND_NORM: tl.constexpr,
+    WEIGHT_OFFSET: tl.constexpr,
 ):
     # Per row: r, and coef = r^3 * mean(u * x), the two numbers dx = r * u - x * coef needs.
     if tl.program_id(0) == 0:  # count the call on the device
@@ -285,7 +329,7 @@ def _rmsnorm_bwd_row_stats_kernel(
         mask = start + cols < N
         x = tl.load(X + row * stride_x + start + cols, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(DY + row * stride_dy + start + cols, mask=mask, other=0.0).to(tl.float32)
-        gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(tl.float32)
+        gamma = _scale(tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(tl.float32), WEIGHT_OFFSET)
         sum_sq += x * x
         if not SILU:
             sum_ux += dy * gamma * x
@@ -295,8 +339,11 @@ def _rmsnorm_bwd_row_stats_kernel(
             mask = start + cols < N
             x = tl.load(X + row * stride_x + start + cols, mask=mask, other=0.0).to(tl.float32)
             dy = tl.load(DY + row * stride_dy + start + cols, mask=mask, other=0.0).to(tl.float32)
-            gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(tl.float32)
-            sum_ux += dy * _silu_grad(x * r * gamma) * gamma * x
+            gamma = _scale(tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(tl.float32), WEIGHT_OFFSET)
+            n = x * r
+            if ROUND_NORM:
+                n = _rounded(n, X.dtype.element_ty).to(tl.float32)
+            sum_ux += dy * _silu_grad(n * gamma) * gamma * x
     tl.store(RSTD + row, r)
     tl.store(COEF + row, r * r * r * (tl.sum(sum_ux, axis=0) / N))
 
@@ -320,6 +367,8 @@ def _rmsnorm_bwd_looped_kernel(
     STAGES: tl.constexpr,
     VEC: tl.constexpr,
     SILU: tl.constexpr,
+    ROUND_NORM: tl.constexpr,
+    WEIGHT_OFFSET: tl.constexpr,
 ):
     # Program (p, s): column segment s of the rows p, p + P, ...; its dgamma share stays in registers
     # because a segment, unlike a 65536-wide row, fits there.
@@ -329,7 +378,7 @@ def _rmsnorm_bwd_looped_kernel(
     stride_dy, stride_x, stride_dx = stride_dy // VEC * VEC, stride_x // VEC * VEC, stride_dx // VEC * VEC
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
+    gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32), WEIGHT_OFFSET)
     dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float64)  # float64, as in _rmsnorm_bwd_kernel
     for tile in tl.range(pid, tl.cdiv(M, BLOCK_M), num_programs, num_stages=STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
@@ -339,11 +388,14 @@ def _rmsnorm_bwd_looped_kernel(
         coef = tl.load(COEF + rows, mask=row_mask, other=0.0)
         x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        n = x * r[:, None]
+        if ROUND_NORM:  # as in _rmsnorm_bwd_kernel
+            n = _rounded(n, X.dtype.element_ty).to(tl.float32)
         if SILU:  # as in _rmsnorm_bwd_kernel
-            dy = dy * _silu_grad(x * r[:, None] * gamma[None, :])
+            dy = dy * _silu_grad(n * gamma[None, :])
         dx = r[:, None] * (dy * gamma[None, :]) - x * coef[:, None]
         tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-        dgamma_acc += tl.sum(dy * x * r[:, None], axis=0).to(tl.float64)
+        dgamma_acc += tl.sum(dy * n, axis=0).to(tl.float64)
     tl.store(PARTIAL + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)
 
 
@@ -406,10 +458,10 @@ def direct(kernel):
     return kernel
 
 
-def _empty_like_contiguous(x: torch.Tensor) -> torch.Tensor:
-    if x.is_contiguous():
+def _empty_like_contiguous(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    if x.is_contiguous() and dtype in (None, x.dtype):
         return torch.empty_like(x)  # the cheaper call
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return torch.empty(x.shape, dtype=dtype or x.dtype, device=x.device)
 
 
 def rmsnorm_forward(
@@ -420,18 +472,21 @@ def rmsnorm_forward(
     p: Plan | None = None,
     launch: Callable = direct,
     activation: str | None = None,
+    mode: str = "torch",
 ) -> torch.Tensor:
-    """y = rmsnorm(x) * gamma in x's dtype, contiguous, for x of shape (..., N) with rows at one stride;
-    silu(y) with ``activation="silu"``. ``calls``: ``counters.calls(x.device)``, whose forward count the
-    kernel increments (not for an x with no rows: nothing is launched). ``launch(kernel)`` gives what is
-    launched: the kernel itself, or ``wrap_triton(kernel)`` while torch.compile traces."""
+    """y = rmsnorm(x) * gamma, contiguous, for x of shape (..., N) with rows at one stride; silu(y) with
+    ``activation="silu"``; in ``mode``'s numerics and ``reference.output_dtype``. ``calls``:
+    ``counters.calls(x.device)``, whose forward count the kernel increments (not for an x with no rows:
+    nothing is launched). ``launch(kernel)`` gives what is launched: the kernel itself, or
+    ``wrap_triton(kernel)`` while torch.compile traces."""
+    y_dtype = output_dtype(x.dtype, gamma.dtype, mode)
     if x.numel() == 0:
-        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        return torch.empty(x.shape, dtype=y_dtype, device=x.device)
     n = int(x.shape[-1])
     gamma = gamma.contiguous()  # the kernels read gamma as N consecutive elements
     x2 = as_rows(x, n)
     rows = x2.shape[0]
-    y = _empty_like_contiguous(x)
+    y = _empty_like_contiguous(x, y_dtype)
     vec = vector_width(
         n, x2, traced=launch is not direct
     )  # of the x launched on: a plan passed in may come from another layout
@@ -451,6 +506,8 @@ def rmsnorm_forward(
             EVEN_N=n % p.block_n == 0,
             VEC=vec,
             SILU=activation == "silu",
+            ROUND_NORM=mode == "llama",
+            WEIGHT_OFFSET=mode == "gemma",
             num_warps=p.fwd_warps,
         )
     else:
@@ -469,6 +526,8 @@ def rmsnorm_forward(
             STAGES=p.fwd_stages,
             VEC=vec,
             SILU=activation == "silu",
+            ROUND_NORM=mode == "llama",
+            WEIGHT_OFFSET=mode == "gemma",
             num_warps=p.fwd_warps,
         )
     return y
@@ -483,9 +542,10 @@ def rmsnorm_backward(
     p: Plan | None = None,
     launch: Callable = direct,
     activation: str | None = None,
+    mode: str = "torch",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dx in x's dtype, dgamma in gamma's dtype) for dy and x of the same shape (..., N); with
-    ``activation="silu"``, dy is the gradient of the forward's silu(y).
+    ``activation="silu"``, dy is the gradient of the forward's silu(y); in ``mode``'s numerics.
     ``calls``: ``counters.calls(x.device)``, whose backward count the first kernel increments (not for
     an x with no rows: nothing is launched, and dgamma, a sum over no rows, is zeros). ``launch`` as in
     ``rmsnorm_forward``."""
@@ -522,6 +582,8 @@ def rmsnorm_backward(
             STAGES=p.bwd_stages,
             VEC=vec,
             SILU=activation == "silu",
+            ROUND_NORM=mode == "llama",
+            WEIGHT_OFFSET=mode == "gemma",
             num_warps=p.stats_warps,
         )
         launch(_rmsnorm_bwd_looped_kernel)[p.bwd_grid](
@@ -542,6 +604,8 @@ def rmsnorm_backward(
             STAGES=p.bwd_stages,
             VEC=vec,
             SILU=activation == "silu",
+            ROUND_NORM=mode == "llama",
+            WEIGHT_OFFSET=mode == "gemma",
             num_warps=p.bwd_warps,
         )
     else:
@@ -566,6 +630,8 @@ def rmsnorm_backward(
             STAGES=p.bwd_stages,
             VEC=vec,
             SILU=activation == "silu",
+            ROUND_NORM=mode == "llama",
+            WEIGHT_OFFSET=mode == "gemma",
             num_warps=p.bwd_warps,
         )
         if final:

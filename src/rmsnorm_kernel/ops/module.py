@@ -13,7 +13,7 @@ from torch import nn
 from .contract import ContractError, check_forward
 from .impls import FALLBACKS, IMPLS
 from .op import rmsnorm
-from .reference import ACTIVATIONS, rmsnorm_reference
+from .reference import ACTIVATIONS, MODES, rmsnorm_reference
 
 log = logging.getLogger("rmsnorm_kernel")
 
@@ -52,6 +52,13 @@ class RMSNorm(nn.Module):
     multiply by a ones tensor of N elements in x's dtype, made once per (device, dtype) and kept (see
     ``_ones``); multiplying by one is exact, so the result is the unscaled norm.
 
+    ``mode`` (keyword only) picks the numerics of ``reference.MODES`` on every path: ``"torch"`` (the
+    default, ``torch.nn.RMSNorm``'s), ``"llama"`` (``LlamaRMSNorm``'s, and Mistral's and Qwen's: the
+    normalized x rounded to x's dtype before the weight, y in the promoted dtype) or ``"gemma"``
+    (``GemmaRMSNorm``'s: the scale is ``1 + weight``, and the weight starts at zeros). The native path
+    computes them as those modules do, from ``F.rms_norm``. Without a weight every mode is the unscaled
+    norm, rounded once.
+
     ``activation="silu"`` (keyword only, None by default) makes the module compute ``silu(rmsnorm(x))``: the
     SiLU that follows the norm in a network, in the same call. The Triton path computes both in the same
     kernels, so the norm's output is never written to memory and read back, in either direction (as
@@ -82,12 +89,15 @@ class RMSNorm(nn.Module):
         impl: str = "triton",
         fallback: str | None = None,
         activation: str | None = None,
+        mode: str = "torch",
     ):
         super().__init__()
         if impl not in IMPLS:
             raise ValueError(f"RMSNorm: impl is {impl!r}; accepted: {', '.join(map(repr, IMPLS))}")
         if fallback not in FALLBACKS:
             raise ValueError(f"RMSNorm: fallback is {fallback!r}; accepted: None or 'reference'")
+        if mode not in MODES:
+            raise ValueError(f"RMSNorm: mode is {mode!r}; accepted: {' or '.join(map(repr, MODES))}")
         if activation not in ACTIVATIONS:
             raise ValueError(f"RMSNorm: activation is {activation!r}; accepted: {' or '.join(map(repr, ACTIVATIONS))}")
         self.normalized_shape = _checked_shape(normalized_shape)
@@ -96,6 +106,7 @@ class RMSNorm(nn.Module):
         self.impl = impl
         self.fallback = fallback
         self.activation = activation
+        self.mode = mode
         self.fallback_count = 0
         #: ones of N elements per (device, dtype) of x, the weight of the kernels and the reference
         #: when there is none; not a buffer, so that the state dict stays torch's
@@ -107,30 +118,40 @@ class RMSNorm(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Set the weight to ones, as torch does (and draw nothing from the random generator)."""
+        """Set the weight to ones, as torch does, or to zeros in ``"gemma"`` mode, as Gemma does (a scale of
+        1 either way); draw nothing from the random generator."""
         if self.weight is not None:
-            nn.init.ones_(self.weight)
+            (nn.init.zeros_ if self.mode == "gemma" else nn.init.ones_)(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_trailing_shape(x)
         if self.impl == "native":
-            y = F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+            y = self._native(x)
             return F.silu(y) if self.activation == "silu" else y
         eps = default_eps(x.dtype) if self.eps is None else self.eps
         n = math.prod(self.normalized_shape)
         flat = len(self.normalized_shape) == 1
         x2 = x if flat else x.reshape(*x.shape[: x.dim() - len(self.normalized_shape)], n)
         if self.weight is None:
-            w = self._ones_like(x, n)
+            w, mode = self._ones_like(x, n), "torch"  # the unscaled norm in every mode
         else:
-            w = self.weight if flat else self.weight.reshape(n)
+            w, mode = (self.weight if flat else self.weight.reshape(n)), self.mode
         if self.impl == "reference":
-            y = rmsnorm_reference(x2, w, eps, self.activation)
+            y = rmsnorm_reference(x2, w, eps, self.activation, mode)
         else:
-            y = self._triton(x2, w, eps)
+            y = self._triton(x2, w, eps, mode)
         return y if flat else y.reshape(x.shape)
 
-    def _triton(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    def _native(self, x: torch.Tensor) -> torch.Tensor:
+        """The norm from ``F.rms_norm``, in each mode as the module it comes from writes it."""
+        shape, w, eps = self.normalized_shape, self.weight, self.eps
+        if w is None or self.mode == "torch":
+            return F.rms_norm(x, shape, w, eps)
+        if self.mode == "llama":  # LlamaRMSNorm: weight * normalized x in x's dtype
+            return w * F.rms_norm(x, shape, None, eps)
+        return F.rms_norm(x.float(), shape, 1.0 + w.float(), eps).to(x.dtype)  # GemmaRMSNorm
+
+    def _triton(self, x: torch.Tensor, w: torch.Tensor, eps: float, mode: str) -> torch.Tensor:
         """The kernels on (..., N) and (N,), or the reference for what they refuse if ``fallback`` says so."""
         if self.fallback == "reference":
             reason = _refusal(x, w, eps)
@@ -140,8 +161,8 @@ class RMSNorm(nn.Module):
                         "RMSNorm: %s; using the reference path (fallback='reference'), counted from now on", reason
                     )
                 self.fallback_count += 1
-                return rmsnorm_reference(x, w, eps, self.activation)
-        return rmsnorm(x, w, eps, self.activation)
+                return rmsnorm_reference(x, w, eps, self.activation, mode)
+        return rmsnorm(x, w, eps, self.activation, mode)
 
     def _check_trailing_shape(self, x: torch.Tensor) -> None:
         """Refuse an x whose trailing dimensions are not ``normalized_shape``, with the exception type that
@@ -176,8 +197,8 @@ class RMSNorm(nn.Module):
         return ones
 
     def extra_repr(self) -> str:
-        """torch's ``{normalized_shape}, eps={eps}, elementwise_affine={...}``, then impl, fallback and
-        activation where they are not the defaults."""
+        """torch's ``{normalized_shape}, eps={eps}, elementwise_affine={...}``, then impl, fallback,
+        activation and mode where they are not the defaults."""
         text = f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
         if self.impl != "triton":
             text += f", impl={self.impl!r}"
@@ -185,6 +206,8 @@ class RMSNorm(nn.Module):
             text += f", fallback={self.fallback!r}"
         if self.activation is not None:
             text += f", activation={self.activation!r}"
+        if self.mode != "torch":
+            text += f", mode={self.mode!r}"
         return text
 
 

@@ -1,6 +1,6 @@
-"""The Triton path as a PyTorch operator: ``torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps, calls, activation)``,
-where ``calls`` is ``counters.calls(x.device)`` (``rmsnorm()`` passes it) and ``activation`` is None or
-``"silu"`` (the norm followed by SiLU, in the same kernels).
+"""The Triton path as a PyTorch operator: ``torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps, calls, activation,
+mode)``, where ``calls`` is ``counters.calls(x.device)`` (``rmsnorm()`` passes it), ``activation`` is None or
+``"silu"`` (the norm followed by SiLU, in the same kernels) and ``mode`` one of ``reference.MODES``.
 
 On a GPU it is registered with ``torch.library.triton_op``: under ``torch.compile`` the op's Python runs
 once, at trace time, with fake tensors, and puts its kernel launches (``wrap_triton``) and its launch
@@ -31,7 +31,7 @@ from . import counters, kernels
 from .backend import CUDA, backend
 from .contract import check_forward
 from .launch import Plan, plan_for
-from .reference import DEFAULT_EPS
+from .reference import DEFAULT_EPS, output_dtype
 
 
 def _register(name: str, fn, fake):
@@ -48,24 +48,41 @@ def _register(name: str, fn, fake):
 # ``calls`` is ``counters.calls(x.device)``: the kernels count the call through the addresses it holds.
 
 
-def _rmsnorm_impl(x: Tensor, gamma: Tensor, eps: float, calls: Tensor, activation: str | None = None) -> Tensor:
-    check_forward(x, gamma, eps, activation)
-    return kernels.rmsnorm_forward(x, gamma, eps, calls, launch=wrap_triton, activation=activation)
+def _rmsnorm_impl(
+    x: Tensor, gamma: Tensor, eps: float, calls: Tensor, activation: str | None = None, mode: str = "torch"
+) -> Tensor:
+    check_forward(x, gamma, eps, activation, mode)
+    return kernels.rmsnorm_forward(x, gamma, eps, calls, launch=wrap_triton, activation=activation, mode=mode)
 
 
-def _rmsnorm_fake(x: Tensor, gamma: Tensor, eps: float, calls: Tensor, activation: str | None = None) -> Tensor:
-    check_forward(x, gamma, eps, activation)
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)  # contiguous, as the kernel writes it
+def _rmsnorm_fake(
+    x: Tensor, gamma: Tensor, eps: float, calls: Tensor, activation: str | None = None, mode: str = "torch"
+) -> Tensor:
+    check_forward(x, gamma, eps, activation, mode)
+    # contiguous, as the kernel writes it
+    return torch.empty(x.shape, dtype=output_dtype(x.dtype, gamma.dtype, mode), device=x.device)
 
 
 def _rmsnorm_backward_impl(
-    dy: Tensor, x: Tensor, gamma: Tensor, eps: float, calls: Tensor, activation: str | None = None
+    dy: Tensor,
+    x: Tensor,
+    gamma: Tensor,
+    eps: float,
+    calls: Tensor,
+    activation: str | None = None,
+    mode: str = "torch",
 ) -> tuple[Tensor, Tensor]:
-    return kernels.rmsnorm_backward(dy, x, gamma, eps, calls, launch=wrap_triton, activation=activation)
+    return kernels.rmsnorm_backward(dy, x, gamma, eps, calls, launch=wrap_triton, activation=activation, mode=mode)
 
 
 def _rmsnorm_backward_fake(
-    dy: Tensor, x: Tensor, gamma: Tensor, eps: float, calls: Tensor, activation: str | None = None
+    dy: Tensor,
+    x: Tensor,
+    gamma: Tensor,
+    eps: float,
+    calls: Tensor,
+    activation: str | None = None,
+    mode: str = "torch",
 ) -> tuple[Tensor, Tensor]:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty_like(gamma)
 
@@ -75,16 +92,17 @@ _rmsnorm_backward_op = _register("rmsnorm_kernel::rmsnorm_backward", _rmsnorm_ba
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    x, gamma, eps, calls, activation = inputs
+    x, gamma, eps, calls, activation, mode = inputs
     ctx.save_for_backward(x, gamma, calls)
     ctx.eps = eps
     ctx.activation = activation
+    ctx.mode = mode
 
 
 def _backward(ctx, dy: Tensor):
     x, gamma, calls = ctx.saved_tensors
-    dx, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(dy, x, gamma, ctx.eps, calls, ctx.activation)
-    return dx, dgamma, None, None, None
+    dx, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(dy, x, gamma, ctx.eps, calls, ctx.activation, ctx.mode)
+    return dx, dgamma, None, None, None, None
 
 
 _rmsnorm_op.register_autograd(_backward, setup_context=_setup_context)
@@ -135,15 +153,16 @@ class _RMSNormFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(x: Tensor, gamma: Tensor, eps: float, activation: str | None, plan: Plan | None) -> Tensor:
-        return kernels.rmsnorm_forward(x, gamma, eps, counters.calls(x.device), plan, activation=activation)
+    def forward(x: Tensor, gamma: Tensor, eps: float, activation: str | None, mode: str, plan: Plan | None) -> Tensor:
+        return kernels.rmsnorm_forward(x, gamma, eps, counters.calls(x.device), plan, activation=activation, mode=mode)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
-        x, gamma, eps, activation, plan = inputs
+        x, gamma, eps, activation, mode, plan = inputs
         ctx.save_for_backward(x, gamma)
         ctx.eps = eps
         ctx.activation = activation
+        ctx.mode = mode
         ctx.plan = plan
 
     @staticmethod
@@ -154,40 +173,44 @@ class _RMSNormFunction(torch.autograd.Function):
             # backward, and the backward op's autograd (an old-style Function made by torch.library) does
             # not run under it: the same kernels, through a Function that does, and refuses double
             # backward as the op does.
-            dx, dgamma = _RMSNormBackward.apply(dy, x, gamma, ctx.eps, ctx.activation)
+            dx, dgamma = _RMSNormBackward.apply(dy, x, gamma, ctx.eps, ctx.activation, ctx.mode)
         elif torch.is_grad_enabled():
             # create_graph=True: through the backward op, whose own backward refuses with a message
             # (called directly, the kernels would return silently detached gradients).
             dx, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(
-                dy, x, gamma, ctx.eps, counters.calls(x.device), ctx.activation
+                dy, x, gamma, ctx.eps, counters.calls(x.device), ctx.activation, ctx.mode
             )
         else:
             dx, dgamma = kernels.rmsnorm_backward(
-                dy, x, gamma, ctx.eps, counters.calls(x.device), ctx.plan, activation=ctx.activation
+                dy, x, gamma, ctx.eps, counters.calls(x.device), ctx.plan, activation=ctx.activation, mode=ctx.mode
             )
-        return dx, dgamma, None, None, None
+        return dx, dgamma, None, None, None, None
 
     @staticmethod
-    def vmap(info, in_dims, x: Tensor, gamma: Tensor, eps: float, activation: str | None, plan: Plan | None):
+    def vmap(info, in_dims, x: Tensor, gamma: Tensor, eps: float, activation: str | None, mode: str, plan: Plan | None):
         x_dim, gamma_dim = in_dims[:2]
         if gamma_dim is not None:
             # A weight per sample (an ensemble of models, say): the kernels take one gamma, so one call
             # per sample.
             xs, gammas = _per_sample(x, x_dim, info.batch_size), _per_sample(gamma, gamma_dim, info.batch_size)
-            return torch.stack([rmsnorm(xs[i], gammas[i], eps, activation) for i in range(info.batch_size)]), 0
+            return torch.stack([rmsnorm(xs[i], gammas[i], eps, activation, mode) for i in range(info.batch_size)]), 0
         # One gamma: rows are normalized independently, so the batch dimension is one more leading
         # dimension of x, wherever it lies, unless it is the last, the one normalized.
         if x_dim == x.dim() - 1:
             x, x_dim = x.movedim(x_dim, 0), 0
-        return rmsnorm(x, gamma, eps, activation), x_dim  # checks the layout the kernels will read, batch included
+        return rmsnorm(
+            x, gamma, eps, activation, mode
+        ), x_dim  # checks the layout the kernels will read, batch included
 
 
 class _RMSNormBackward(torch.autograd.Function):
     """(dx, dgamma) from the backward kernels under torch.func (see ``_RMSNormFunction.backward``)."""
 
     @staticmethod
-    def forward(dy: Tensor, x: Tensor, gamma: Tensor, eps: float, activation: str | None) -> tuple[Tensor, Tensor]:
-        return kernels.rmsnorm_backward(dy, x, gamma, eps, counters.calls(x.device), activation=activation)
+    def forward(
+        dy: Tensor, x: Tensor, gamma: Tensor, eps: float, activation: str | None, mode: str
+    ) -> tuple[Tensor, Tensor]:
+        return kernels.rmsnorm_backward(dy, x, gamma, eps, counters.calls(x.device), activation=activation, mode=mode)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -198,20 +221,26 @@ class _RMSNormBackward(torch.autograd.Function):
         _refuse_double_backward(ctx, ddx, ddgamma)
 
     @staticmethod
-    def vmap(info, in_dims, dy: Tensor, x: Tensor, gamma: Tensor, eps: float, activation: str | None):
+    def vmap(info, in_dims, dy: Tensor, x: Tensor, gamma: Tensor, eps: float, activation: str | None, mode: str):
         size = info.batch_size
         dys, xs, gammas = (_per_sample(t, dim, size) for t, dim in zip((dy, x, gamma), in_dims[:3]))
         # One call per sample: dgamma sums over the rows of one sample, and one launch over the rows of
         # several would sum them together.
-        grads = [_RMSNormBackward.apply(dys[i], xs[i], gammas[i], eps, activation) for i in range(size)]
+        grads = [_RMSNormBackward.apply(dys[i], xs[i], gammas[i], eps, activation, mode) for i in range(size)]
         return (torch.stack([dx for dx, _ in grads]), torch.stack([dgamma for _, dgamma in grads])), (0, 0)
 
 
 _PLAIN = (Tensor, torch.nn.Parameter)
 
 
-def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS, activation: str | None = None) -> Tensor:
+def rmsnorm(
+    x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS, activation: str | None = None, mode: str = "torch"
+) -> Tensor:
     """RMSNorm over the last dimension through the Triton kernels; differentiable in x and gamma.
+
+    ``mode`` picks the numerics of ``reference.py``: ``"torch"`` (``torch.nn.RMSNorm``'s), ``"llama"``
+    (``LlamaRMSNorm``'s: the normalized x rounded to x's dtype before the weight, y in the promoted dtype)
+    or ``"gemma"`` (``GemmaRMSNorm``'s: the scale is ``1 + gamma``).
 
     ``activation="silu"`` gives ``silu(rmsnorm(x, gamma, eps))`` from the same kernels, forward and
     backward, without writing or reading the norm's output in between (``reference.py`` has the formulas).
@@ -235,7 +264,7 @@ def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS, activation: str 
     sample (the kernels take one gamma), and so is a backward under ``vmap`` (dgamma is a sum over one
     sample's rows). Forward mode (``jvp``, ``jacfwd``, ``hessian``) is not implemented.
     """
-    check_forward(x, gamma, eps, activation)
+    check_forward(x, gamma, eps, activation, mode)
     # Any layout: rows that no single stride reaches (x.t(), q after a transpose) are copied once here, so
     # that both directions read the copy, and autograd takes dx back to x's layout.
     if x.numel() and not kernels.rows_at_one_stride(x):
@@ -244,11 +273,11 @@ def rmsnorm(x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS, activation: str 
         gamma = gamma.contiguous()
     if torch.compiler.is_compiling() or type(x) is not Tensor or type(gamma) not in _PLAIN:
         # Tracing, fake tensors and tensor subclasses go through the registered op.
-        return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps, counters.calls(x.device), activation)
+        return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps, counters.calls(x.device), activation, mode)
     if not (_readable(x) and _readable(gamma)):
         # A torch.func transform's wrappers (vmap's, grad's), with or without requires_grad (vmap alone):
         # the kernels cannot read them, and the Function's rules unwrap them.
-        return _RMSNormFunction.apply(x, gamma, eps, activation, None)
+        return _RMSNormFunction.apply(x, gamma, eps, activation, mode, None)
     if torch.is_grad_enabled() and (x.requires_grad or gamma.requires_grad):
-        return _RMSNormFunction.apply(x, gamma, eps, activation, _plan(x, gamma))
-    return kernels.rmsnorm_forward(x, gamma, eps, counters.calls(x.device), activation=activation)
+        return _RMSNormFunction.apply(x, gamma, eps, activation, mode, _plan(x, gamma))
+    return kernels.rmsnorm_forward(x, gamma, eps, counters.calls(x.device), activation=activation, mode=mode)

@@ -1,12 +1,24 @@
 """The oracle: RMSNorm written as plainly as PyTorch allows, and its backward written out by hand.
 
     r  = rsqrt(mean(x^2 over the last dim) + eps)      one value per row
-    y  = x * r * gamma
+    n  = x * r                                          the normalized x
+    y  = n * gamma
 
 Backward, with u = dy * gamma and means taken over the N columns of a row:
 
     dx     = r * u - x * r^3 * mean(u * x)
-    dgamma = sum over rows of (dy * x * r)              a sum over rows, never a mean
+    dgamma = sum over rows of (dy * n)                  a sum over rows, never a mean
+
+Numerics modes (``mode``): the same formula as each family of models computes it.
+
+- ``"torch"`` (the default), as ``torch.nn.RMSNorm``: float32 inside (float64 for float64 x), one rounding
+  to x's dtype at the end.
+- ``"llama"``, as ``LlamaRMSNorm`` (Mistral's, Qwen2's and Qwen3's are the same code): n is rounded to
+  x's dtype before the weight multiplies it, and y takes the dtype that torch promotes x's and the
+  weight's to (float32 for a bfloat16 x and a float32 weight). The backward treats that rounding as
+  autograd does, as the identity: dx is the formula above, dgamma sums dy * round(n).
+- ``"gemma"``, as ``GemmaRMSNorm``: the scale is ``gamma = 1 + weight`` in float32, so a weight of zeros
+  (how Gemma initialises it) leaves n unscaled; d weight = dgamma above.
 
 With ``activation="silu"`` the norm is followed by SiLU inside the same call, ``z = silu(y) = y * sigmoid(y)``
 (the network's next layer, fused: y never leaves the computation), and its backward first takes the
@@ -14,7 +26,7 @@ gradient through the SiLU, then the formulas above with dy replaced by
 
     dy_y   = dz * silu'(y),   silu'(y) = s * (1 + y * (1 - s)),  s = sigmoid(y)
 
-where y is the unrounded ``x * r * gamma``.
+where y is the unrounded ``n * gamma``.
 
 ``oracle`` is what every comparison of this project checks against: these formulas in float64.
 """
@@ -26,6 +38,8 @@ import torch
 DEFAULT_EPS = 1e-6
 #: What may follow the norm in the same call: nothing, or SiLU.
 ACTIVATIONS = (None, "silu")
+#: The numerics modes, the default first.
+MODES = ("torch", "llama", "gemma")
 
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -33,18 +47,46 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-def rmsnorm_reference(
-    x: torch.Tensor, gamma: torch.Tensor, eps: float = DEFAULT_EPS, activation: str | None = None
-) -> torch.Tensor:
-    """``y = x * rsqrt(mean(x^2) + eps) * gamma`` over the last dimension (then ``silu(y)`` with
-    ``activation="silu"``), returned in x's dtype."""
-    ct = compute_dtype(x)
-    xc = x.to(ct)
+def output_dtype(x_dtype: torch.dtype, gamma_dtype: torch.dtype, mode: str = "torch") -> torch.dtype:
+    """y's dtype: x's, except in ``"llama"`` mode, where the weight multiplies a tensor of x's dtype and
+    torch's type promotion decides."""
+    return torch.promote_types(x_dtype, gamma_dtype) if mode == "llama" else x_dtype
+
+
+def _normalized(xc: torch.Tensor, eps: float, mode: str, x_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(r, n) of x given in its compute dtype; in ``"llama"`` mode n is rounded to ``x_dtype`` (x's own)."""
     r = torch.rsqrt(xc.pow(2).mean(dim=-1, keepdim=True) + eps)
-    y = xc * r * gamma.to(ct)
+    n = xc * r
+    if mode == "llama":
+        n = n.to(x_dtype).to(xc.dtype)
+    return r, n
+
+
+def _scale(gamma: torch.Tensor, ct: torch.dtype, mode: str) -> torch.Tensor:
+    """What multiplies n: gamma, or ``1 + gamma`` in ``"gemma"`` mode."""
+    g = gamma.to(ct)
+    return g + 1 if mode == "gemma" else g
+
+
+def _forward(x, gamma, eps, activation, mode, x_dtype) -> torch.Tensor:
+    ct = compute_dtype(x)
+    _, n = _normalized(x.to(ct), eps, mode, x_dtype)
+    y = n * _scale(gamma, ct, mode)
     if activation == "silu":
         y = y * torch.sigmoid(y)
-    return y.to(x.dtype)
+    return y
+
+
+def rmsnorm_reference(
+    x: torch.Tensor,
+    gamma: torch.Tensor,
+    eps: float = DEFAULT_EPS,
+    activation: str | None = None,
+    mode: str = "torch",
+) -> torch.Tensor:
+    """``y = x * rsqrt(mean(x^2) + eps) * gamma`` over the last dimension (then ``silu(y)`` with
+    ``activation="silu"``), in ``mode``'s numerics, returned in ``output_dtype``."""
+    return _forward(x, gamma, eps, activation, mode, x.dtype).to(output_dtype(x.dtype, gamma.dtype, mode))
 
 
 def silu_grad(y: torch.Tensor) -> torch.Tensor:
@@ -53,34 +95,51 @@ def silu_grad(y: torch.Tensor) -> torch.Tensor:
     return s * (1 + y * (1 - s))
 
 
+def _backward(x, gamma, dy, eps, activation, mode, x_dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    ct = compute_dtype(x)
+    n_cols = x.shape[-1]
+    xc, dyc = x.to(ct), dy.to(ct)
+    g = _scale(gamma, ct, mode)
+    r, n = _normalized(xc, eps, mode, x_dtype)
+    if activation == "silu":
+        dyc = dyc * silu_grad(n * g)
+    u = dyc * g
+    dx = r * u - xc * r.pow(3) * (u * xc).sum(dim=-1, keepdim=True) / n_cols
+    dgamma = (dyc * n).reshape(-1, n_cols).sum(dim=0)
+    return dx, dgamma
+
+
 def manual_backward(
-    x: torch.Tensor, gamma: torch.Tensor, dy: torch.Tensor, eps: float = DEFAULT_EPS, activation: str | None = None
+    x: torch.Tensor,
+    gamma: torch.Tensor,
+    dy: torch.Tensor,
+    eps: float = DEFAULT_EPS,
+    activation: str | None = None,
+    mode: str = "torch",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The explicit backward formulas (no autograd): returns ``(dx, dgamma)`` in x's and gamma's dtypes.
     With ``activation="silu"``, dy is the gradient of the SiLU's output."""
-    ct = compute_dtype(x)
-    n = x.shape[-1]
-    xc, dyc, gc = x.to(ct), dy.to(ct), gamma.to(ct)
-    r = torch.rsqrt(xc.pow(2).mean(dim=-1, keepdim=True) + eps)
-    if activation == "silu":
-        dyc = dyc * silu_grad(xc * r * gc)
-    u = dyc * gc
-    dx = r * u - xc * r.pow(3) * (u * xc).sum(dim=-1, keepdim=True) / n
-    dgamma = (dyc * xc * r).reshape(-1, n).sum(dim=0)
+    dx, dgamma = _backward(x, gamma, dy, eps, activation, mode, x.dtype)
     return dx.to(x.dtype), dgamma.to(gamma.dtype)
 
 
 @torch.no_grad()
 def oracle(
-    x: torch.Tensor, gamma: torch.Tensor, dy: torch.Tensor, eps: float = DEFAULT_EPS, activation: str | None = None
+    x: torch.Tensor,
+    gamma: torch.Tensor,
+    dy: torch.Tensor,
+    eps: float = DEFAULT_EPS,
+    activation: str | None = None,
+    mode: str = "torch",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(y, dx, dgamma): the formulas above evaluated in float64, rounded to x's and gamma's dtypes.
+    """(y, dx, dgamma): the formulas above evaluated in float64, rounded to y's (``output_dtype``), x's and
+    gamma's dtypes. In ``"llama"`` mode n is still rounded to x's own dtype, as the model does.
 
     float64 rather than float32 for every dtype: dgamma sums over many rows, and a float32 sum of
     32768 rows is itself off by about float32's declared tolerance, so a float32 oracle could fail an
     exact answer.
     """
     xd, gd, dyd = x.double(), gamma.double(), dy.double()
-    y = rmsnorm_reference(xd, gd, eps, activation)
-    dx, dgamma = manual_backward(xd, gd, dyd, eps, activation)
-    return y.to(x.dtype), dx.to(x.dtype), dgamma.to(gamma.dtype)
+    y = _forward(xd, gd, eps, activation, mode, x.dtype)
+    dx, dgamma = _backward(xd, gd, dyd, eps, activation, mode, x.dtype)
+    return y.to(output_dtype(x.dtype, gamma.dtype, mode)), dx.to(x.dtype), dgamma.to(gamma.dtype)

@@ -1,12 +1,12 @@
 """The contract's bad inputs: every input the Triton path must refuse, named once for the tests and the
 ``negative`` command.
 
-Each ``Violation`` builds ``(x, gamma, eps)`` on a device, holds the ``activation`` passed with them,
-names the argument at fault (as the refusal names it first: ``x``, ``gamma``, ``eps``, ``activation``, or
-``x and gamma``) and holds a pattern that the message of the ``ContractError`` must match. An x without
-rows is no violation by itself (it gives an empty y without a launch), but it is checked for everything
-else: the ``no_rows_*`` cases are refused for their
-other fault. Rows of zero elements (N = 0) are a violation, reported before gamma's length.
+Each ``Violation`` builds ``(x, gamma, eps)`` on a device, holds the ``activation`` and ``mode`` passed
+with them, names the argument at fault (as the refusal names it first: ``x``, ``gamma``, ``eps``,
+``activation``, ``mode``, or ``x and gamma``) and holds a pattern that the message of the
+``ContractError`` must match. An x without rows is no violation by itself (it gives an empty y without a
+launch), but it is checked for everything else: the ``no_rows_*`` cases are refused for their other
+fault. Rows of zero elements (N = 0) are a violation, reported before gamma's length.
 """
 
 from __future__ import annotations
@@ -18,23 +18,25 @@ from dataclasses import dataclass
 import torch
 
 from ..ops.contract import MAX_N
-from ..ops.reference import ACTIVATIONS
+from ..ops.reference import ACTIVATIONS, MODES
 
 _DTYPES = r"float32, float16 or bfloat16"
 _EPS = r"a finite number > 0"
 _ACTIVATIONS = re.escape(" or ".join(map(repr, ACTIVATIONS)))
+_MODES = re.escape(" or ".join(map(repr, MODES)))
 
 
 @dataclass(frozen=True)
 class Violation:
     """An input the Triton path must refuse: ``build(device)`` returns ``(x, gamma, eps)``, called with
-    ``activation``; the refusal names ``argument`` and matches the pattern ``message``."""
+    ``activation`` and ``mode``; the refusal names ``argument`` and matches the pattern ``message``."""
 
     name: str
     argument: str
     build: Callable[[str], tuple]
     message: str
     activation: object = None
+    mode: object = "torch"
 
     def problems(self, refusal: str) -> list[str]:
         """Why ``refusal`` (a ContractError's message) is not this violation's: [] when it names the
@@ -178,7 +180,29 @@ CONTRACT_VIOLATIONS: tuple[Violation, ...] = (
         rf"activation is 'gelu'; accepted: {_ACTIVATIONS}",
         activation="gelu",
     ),
+    # mode
+    Violation(
+        "mode_unknown",
+        "mode",
+        lambda d: (*_x_and_gamma((4, 6), d), 1e-6),
+        rf"mode is 'qwen'; accepted: {_MODES}",
+        mode="qwen",
+    ),
+    Violation(
+        "mode_none",
+        "mode",
+        lambda d: (*_x_and_gamma((4, 6), d), 1e-6),
+        rf"mode is None; accepted: {_MODES}",
+        mode=None,
+    ),
     # an x without rows, refused for its other fault
+    Violation(
+        "no_rows_mode_unknown",
+        "mode",
+        lambda d: (*_x_and_gamma((0, 6), d), 1e-6),
+        rf"mode is 'Llama'; accepted: {_MODES}",
+        mode="Llama",
+    ),
     Violation(
         "no_rows_activation_unknown",
         "activation",

@@ -48,7 +48,8 @@ def block_mean_kernel(name: str):
     from pathlib import Path
 
     source = (
-        "import triton\nimport triton.language as tl\n\nfrom rmsnorm_kernel.ops.kernels import _silu_grad\n\n\n"
+        "import triton\nimport triton.language as tl\n\n"
+        "from rmsnorm_kernel.ops.kernels import _rounded, _scale, _silu_grad  # the kernels' helpers\n\n\n"
         + block_mean_source(getattr(kernels, name))
     )
     folder = Path(tempfile.mkdtemp(prefix="rmsnorm_kernel_mutants_"))
@@ -102,6 +103,8 @@ def forward_block_mean(x: torch.Tensor, gamma: torch.Tensor, eps: float, activat
         STAGES=p.fwd_stages,
         VEC=p.vec,
         SILU=activation == "silu",
+        ROUND_NORM=False,
+        WEIGHT_OFFSET=False,
         num_warps=p.fwd_warps,
     )
     return y
@@ -136,6 +139,8 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
         STAGES=p.bwd_stages,
         VEC=1,
         SILU=False,
+        ROUND_NORM=False,
+        WEIGHT_OFFSET=False,
         num_warps=p.bwd_warps,
     )
     return dx
