@@ -24,6 +24,7 @@ _API = {
     "reset_call_counts": "ops.counters",
     "rmsnorm": "ops.op",
     "rmsnorm_reference": "ops.reference",
+    "swap_rmsnorm": "ops.swap",
 }
 
 __all__ = sorted(_API)

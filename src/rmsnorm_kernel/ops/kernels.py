@@ -82,8 +82,9 @@ def _scale(gamma, WEIGHT_OFFSET: tl.constexpr):
 
 @triton.jit
 def _rounded(v, DTYPE: tl.constexpr):
-    # v (float32) in DTYPE, rounded to nearest, ties to even, as torch rounds. Written out for bfloat16,
-    # because Triton's interpreter truncates float32 to bfloat16; after it the cast is exact.
+    # v (float32) in DTYPE, rounded to nearest, ties to even, as torch rounds; every result stored in a
+    # half format goes through here. Written out for bfloat16, because Triton's interpreter truncates
+    # float32 to bfloat16; after it the cast is exact.
     if DTYPE == tl.bfloat16:
         bits = v.to(tl.uint32, bitcast=True)
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
@@ -211,11 +212,11 @@ def _rmsnorm_bwd_kernel(
         u = dy * gamma[None, :]
         mean_ux = tl.sum(u * x, axis=1) / N  # N again: the padding lanes hold u * x = 0
         dx = r[:, None] * u - x * (r * r * r * mean_ux)[:, None]
-        tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        tl.store(DX + rows[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty), mask=mask)
         # Masked rows and lanes hold dy = x = 0: they add nothing.
         dgamma_acc += tl.sum(dy * n, axis=0).to(tl.float64)
     if FINAL:  # the only program: this is dgamma itself, in gamma's dtype
-        tl.store(DGAMMA_OUT + cols, dgamma_acc.to(tl.float32).to(DGAMMA_OUT.dtype.element_ty), mask=col_mask)
+        tl.store(DGAMMA_OUT + cols, _rounded(dgamma_acc.to(tl.float32), DGAMMA_OUT.dtype.element_ty), mask=col_mask)
     else:  # row pid of the (P, N) float64 partials
         tl.store(DGAMMA_OUT + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)
 
@@ -394,7 +395,7 @@ def _rmsnorm_bwd_looped_kernel(
         if SILU:  # as in _rmsnorm_bwd_kernel
             dy = dy * _silu_grad(n * gamma[None, :])
         dx = r[:, None] * (dy * gamma[None, :]) - x * coef[:, None]
-        tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        tl.store(DX + rows[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty), mask=mask)
         dgamma_acc += tl.sum(dy * n, axis=0).to(tl.float64)
     tl.store(PARTIAL + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)
 
@@ -414,7 +415,7 @@ def _dgamma_column_sum_kernel(PARTIAL, DGAMMA, P, N, BLOCK_P: tl.constexpr, BLOC
         mask = (rows < P)[:, None] & col_mask[None, :]
         acc += tl.load(PARTIAL + rows[:, None].to(tl.int64) * N + cols[None, :], mask=mask, other=0.0)
     # float64 to float32 first: one rounding step Triton lowers for every target, then gamma's dtype.
-    tl.store(DGAMMA + cols, tl.sum(acc, axis=0).to(tl.float32).to(DGAMMA.dtype.element_ty), mask=col_mask)
+    tl.store(DGAMMA + cols, _rounded(tl.sum(acc, axis=0).to(tl.float32), DGAMMA.dtype.element_ty), mask=col_mask)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,161 @@
+"""swap_rmsnorm on small random models of transformers' families (no download): the same logits, loss and
+gradients as the original, within the declared tolerances, with every norm on the Triton path."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from rmsnorm_kernel import RMSNorm, call_counts, oracle, swap_rmsnorm
+from rmsnorm_kernel.ops.tolerances import compare
+
+transformers = pytest.importorskip("transformers")
+
+SIZES = dict(
+    vocab_size=96,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=32,
+)
+#: family -> (config class, model class, the norms a model of SIZES has)
+FAMILIES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", 2 * 2 + 1),
+    "mistral": ("MistralConfig", "MistralForCausalLM", 2 * 2 + 1),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", 2 * 2 + 1),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", 2 * 4 + 1),  # q_norm and k_norm in every layer
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", 2 * 2 + 1),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", 2 * 6 + 1),  # 4 around attention and MLP, q and k
+}
+
+
+def small_model(family: str, dtype: torch.dtype, device) -> nn.Module:
+    config_cls, model_cls, _ = FAMILIES[family]
+    config = getattr(transformers, config_cls)(**SIZES, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = getattr(transformers, model_cls)(config)
+    with torch.no_grad():  # norm weights away from their initial ones (or zeros): a lost weight shows
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.2 * torch.randn_like(p))
+    return model.to(device=device, dtype=dtype)
+
+
+def loss_logits_grads(model: nn.Module, ids: torch.Tensor):
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=ids, labels=ids)
+    out.loss.backward()
+    return out.loss.detach(), out.logits.detach(), {n: p.grad for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_swapped_model_gives_the_original_logits_loss_and_gradients(family, dtype, device):
+    original = small_model(family, dtype, device)
+    swapped = copy.deepcopy(original)
+    done = swap_rmsnorm(swapped)
+    assert len(done.replaced) == FAMILIES[family][2] and done.left_alone == {}
+    assert all(isinstance(swapped.get_submodule(name), RMSNorm) for name in done.replaced)
+    ids = torch.randint(0, SIZES["vocab_size"], (2, 12), generator=torch.Generator().manual_seed(1)).to(device)
+    want = loss_logits_grads(original, ids)
+    before = call_counts()
+    got = loss_logits_grads(swapped, ids)
+    after = call_counts()
+    norms = FAMILIES[family][2]
+    assert (after["forward"] - before["forward"], after["backward"] - before["backward"]) == (norms, norms)
+    for what, g, w in [("loss", got[0], want[0]), ("logits", got[1], want[1])]:
+        c = compare(g, w)
+        assert c.ok, f"{what}: {c.max_abs:.3g} off, {c.worst_over_tol:.3g} x the tolerance"
+    assert got[2].keys() == want[2].keys()
+    for name in want[2]:
+        c = compare(got[2][name], want[2][name])
+        assert c.ok, f"grad of {name}: {c.max_abs:.3g} off, {c.worst_over_tol:.3g} x the tolerance"
+
+
+def test_swap_keeps_each_weight_its_eps_and_its_numerics():
+    model = small_model("qwen3", torch.float32, "cpu")
+    old_q_norm = model.model.layers[0].self_attn.q_norm
+    done = swap_rmsnorm(model, impl="reference")
+    new_q_norm = model.model.layers[0].self_attn.q_norm
+    assert done.replaced["model.layers.0.self_attn.q_norm"] == "Qwen3RMSNorm"
+    assert new_q_norm.weight is old_q_norm.weight  # the same Parameter, so an optimizer still holds it
+    assert (new_q_norm.eps, new_q_norm.mode, new_q_norm.impl) == (old_q_norm.variance_epsilon, "llama", "reference")
+    gemma = small_model("gemma", torch.float32, "cpu")
+    swap_rmsnorm(gemma)
+    assert gemma.model.norm.mode == "gemma" and gemma.model.norm.eps == gemma.config.rms_norm_eps
+
+
+def test_torch_rmsnorm_is_swapped_and_an_unknown_norm_is_named_and_left_alone(caplog):
+    class MyRMSNorm(nn.Module):
+        def forward(self, x):
+            return x
+
+    torch_norm = nn.RMSNorm((2, 4), eps=1e-5)
+    model = nn.Sequential(nn.Linear(8, 8), torch_norm, MyRMSNorm())
+    done = swap_rmsnorm(model)
+    assert done.replaced == {"1": "RMSNorm"} and done.left_alone == {"2": "MyRMSNorm"}
+    assert isinstance(model[1], RMSNorm) and model[1].weight is torch_norm.weight
+    assert (model[1].normalized_shape, model[1].eps, model[1].mode) == ((2, 4), 1e-5, "torch")
+    assert type(model[2]) is MyRMSNorm
+    assert "2 is a MyRMSNorm, which it does not know; left alone" in caplog.text
+    assert swap_rmsnorm(model).replaced == {}  # a second swap finds nothing left to replace
+
+
+def test_a_norm_shared_by_two_parents_stays_shared():
+    shared = nn.RMSNorm(8)
+    model = nn.ModuleDict({"a": nn.Sequential(shared), "b": nn.Sequential(shared)})
+    done = swap_rmsnorm(model)
+    assert sorted(done.replaced) == ["a.0", "b.0"]
+    assert model["a"][0] is model["b"][0]
+
+
+#: Of the bfloat16 outputs, the share that must be bit-identical to transformers' module: the formulas are
+#: the same, and a float32 r that differs in its last bit (another order of the sum, another rsqrt) moves
+#: a rounded output only when it sits on a rounding boundary.
+BIT_IDENTICAL_SHARE = 0.999
+
+
+@pytest.mark.parametrize(
+    "module_path, shape",
+    [
+        ("llama.modeling_llama.LlamaRMSNorm", (4, 16, 512)),
+        ("qwen3.modeling_qwen3.Qwen3RMSNorm", (2, 16, 8, 128)),  # a q/k norm: per head, over head_dim
+        ("gemma.modeling_gemma.GemmaRMSNorm", (4, 16, 512)),
+    ],
+    ids=lambda v: v.rsplit(".", 1)[-1] if isinstance(v, str) else "x".join(map(str, v)),
+)
+def test_bfloat16_outputs_are_bit_identical_to_transformers_module_and_gradients_as_close_to_the_oracle(
+    module_path, shape, device
+):
+    """y: bit-identical to the module's (the share above). dx and dweight: within the tolerance of the
+    mode's float64 oracle, and no further from it than the module's own autograd gradients, which round
+    intermediate products to bfloat16 (Qwen3's dweight sums 256 such products per element)."""
+    module_name, cls_name = module_path.rsplit(".", 1)
+    cls = getattr(__import__(f"transformers.models.{module_name}", fromlist=[cls_name]), cls_name)
+    torch.manual_seed(0)
+    theirs = cls(shape[-1], eps=1e-6)
+    with torch.no_grad():
+        theirs.weight.add_(0.3 * torch.randn(shape[-1]))
+    theirs = theirs.to(device=device, dtype=torch.bfloat16)
+    ours = nn.Sequential(copy.deepcopy(theirs))
+    swap_rmsnorm(ours)
+    x = torch.randn(shape, device=device).to(torch.bfloat16)
+    dy = torch.randn(shape, device=device).to(torch.bfloat16)
+    results = []
+    for m in (theirs, ours):
+        xl = x.clone().requires_grad_()
+        y = m(xl)
+        y.backward(dy)
+        results.append((y.detach(), xl.grad, next(m.parameters()).grad))
+    (y_t, dx_t, dw_t), (y_o, dx_o, dw_o) = results
+    assert y_o.dtype == y_t.dtype
+    assert (y_o == y_t).float().mean().item() >= BIT_IDENTICAL_SHARE
+    _, dx_want, dw_want = oracle(x, theirs.weight.detach(), dy, 1e-6, mode=ours[0].mode)
+    for name, got, their, want in [("dx", dx_o, dx_t, dx_want), ("dweight", dw_o, dw_t, dw_want)]:
+        c = compare(got, want)
+        assert c.ok, f"{name}: {c.max_abs:.3g} off the oracle, {c.worst_over_tol:.3g} x the tolerance"
+        assert c.worst_over_tol <= compare(their, want).worst_over_tol, name
