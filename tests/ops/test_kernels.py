@@ -248,7 +248,8 @@ def test_rows_of_a_wider_tensor_are_read_in_place(n, device, monkeypatch):
     y.backward(dy)
     for spy in spies.values():
         launched_x = [a for a in spy.calls[0] if isinstance(a, torch.Tensor) and a.data_ptr() == wide_leaf.data_ptr()]
-        assert len(launched_x) == 1 and launched_x[0].stride() == (n + 100, 1)
+        # x itself; without a residual the forward also passes it as the norm's input (and the unread residual)
+        assert launched_x and all(a.stride() == (n + 100, 1) for a in launched_x)
     y_ref, dx_ref, dgamma_ref = oracle(x, gamma, dy)
     assert torch.equal(wide_leaf.grad[:, n:], torch.zeros_like(wide_leaf.grad[:, n:]))
     assert compare(y, y_ref).ok and compare(wide_leaf.grad[:, :n], dx_ref).ok and compare(gl.grad, dgamma_ref).ok

@@ -92,3 +92,23 @@ def check_forward(
         _fail("mode", f"is {mode!r}", " or ".join(map(repr, MODES)))
     if n > MAX_N:
         _fail("x", f"has rows of N = {n} elements", f"N <= {MAX_N}")
+
+
+def check_residual(x: torch.Tensor, residual: torch.Tensor | None, residual_in_fp32: bool) -> None:
+    """Validate the residual of ``rmsnorm(x, gamma, residual=residual, residual_in_fp32=...)``, after
+    ``check_forward`` accepted x: None, or a tensor of x's shape, in a supported dtype, on x's device (any
+    strides, as x); and a bool, True only with a residual."""
+    if residual is None:
+        if residual_in_fp32 is not False:
+            _fail("residual_in_fp32", f"is {residual_in_fp32!r} without a residual", "False, or a residual tensor")
+        return
+    if not isinstance(residual, torch.Tensor):
+        _fail("residual", f"is a {type(residual).__name__}", "a torch.Tensor of x's shape")
+    if residual.dtype not in _SUPPORTED:
+        _fail("residual", f"has dtype {residual.dtype}", _DTYPE_NAMES)
+    if residual.device != x.device:
+        _fail("residual", f"is on {residual.device}", f"x's device, {x.device}")
+    if residual.shape != x.shape:
+        _fail("residual", f"has shape {tuple(residual.shape)}", f"x's shape, {tuple(x.shape)}")
+    if type(residual_in_fp32) is not bool:
+        _fail("residual_in_fp32", f"is {residual_in_fp32!r}", "True or False")

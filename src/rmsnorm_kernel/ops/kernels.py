@@ -69,7 +69,7 @@ import triton
 import triton.language as tl
 
 from .launch import SUM_BLOCK_N, SUM_BLOCK_P, SUM_WARPS, Plan, plan_for, vector_width
-from .reference import output_dtype
+from .reference import output_dtype, residual_dtype
 
 
 @triton.jit
@@ -107,12 +107,16 @@ def _silu_grad(y):
 @triton.jit
 def _rmsnorm_fwd_kernel(
     X,
+    RES,
+    H,
     GAMMA,
     Y,
     CALLS,
     M,
     N,
     stride_x,
+    stride_res,
+    stride_h,
     stride_y,
     eps,
     BLOCK_M: tl.constexpr,
@@ -122,6 +126,7 @@ def _rmsnorm_fwd_kernel(
     SILU: tl.constexpr,
     ROUND_NORM: tl.constexpr,
     WEIGHT_OFFSET: tl.constexpr,
+    RESIDUAL: tl.constexpr,
 ):
     # BLOCK_M rows per tile: short rows share a tile so that each one moves enough bytes. Program p takes
     # the tiles p, p + P, ...: one tile each when the grid covers them all, several when it is persistent,
@@ -130,6 +135,7 @@ def _rmsnorm_fwd_kernel(
     if tl.program_id(0) == 0:  # count the call on the device, so that CUDA graph replays count too
         tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1)  # see counters.py
     N, stride_x, stride_y = N // VEC * VEC, stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads
+    stride_res, stride_h = stride_res // VEC * VEC, stride_h // VEC * VEC
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
     gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32), WEIGHT_OFFSET)
@@ -139,13 +145,18 @@ def _rmsnorm_fwd_kernel(
         # Cast to float32 at load time, before the reduction: squares of float16/bfloat16 values lose
         # precision (and float16 overflows above 256^2) if summed in the input format.
         x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        if RESIDUAL:  # h = x + residual, stored in h's dtype, and normalized as stored
+            x += tl.load(RES + rows[:, None] * stride_res + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            h = _rounded(x, H.dtype.element_ty)
+            tl.store(H + rows[:, None] * stride_h + cols[None, :], h, mask=mask)
+            x = h.to(tl.float32)
         mean_sq = tl.sum(x * x, axis=1) / N  # N, not BLOCK_N: masked lanes are padding, not data
         # Correctly rounded: tl.sqrt and 1 / x are approximate on a GPU, and the backward multiplies r^3
         # into terms hundreds of times larger than dx when x is small (r ~ 700 at |x| ~ 1e-3).
         r = tl.div_rn(1.0, tl.sqrt_rn(mean_sq + tl.cast(eps, tl.float32)))
         n = x * r[:, None]
-        if ROUND_NORM:  # llama: n in x's dtype before the weight multiplies it
-            n = _rounded(n, X.dtype.element_ty).to(tl.float32)
+        if ROUND_NORM:  # llama: n in the dtype of the norm's input (H: x, or x + residual) before the weight
+            n = _rounded(n, H.dtype.element_ty).to(tl.float32)
         y = n * gamma[None, :]
         if SILU:
             y = y * tl.sigmoid(y)
@@ -161,6 +172,7 @@ def _rmsnorm_fwd_kernel(
 def _rmsnorm_bwd_kernel(
     DY,
     X,
+    DH,
     GAMMA,
     DX,
     DGAMMA_OUT,
@@ -169,6 +181,7 @@ def _rmsnorm_bwd_kernel(
     N,
     stride_dy,
     stride_x,
+    stride_dh,
     stride_dx,
     eps,
     BLOCK_M: tl.constexpr,
@@ -179,6 +192,7 @@ def _rmsnorm_bwd_kernel(
     SILU: tl.constexpr,
     ROUND_NORM: tl.constexpr,
     WEIGHT_OFFSET: tl.constexpr,
+    HAS_DH: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
@@ -186,6 +200,7 @@ def _rmsnorm_bwd_kernel(
         tl.atomic_add(tl.load(CALLS + 1).to(tl.pointer_type(tl.int64)), 1)  # see counters.py
     N = N // VEC * VEC  # vector loads
     stride_dy, stride_x, stride_dx = stride_dy // VEC * VEC, stride_x // VEC * VEC, stride_dx // VEC * VEC
+    stride_dh = stride_dh // VEC * VEC
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
     gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32), WEIGHT_OFFSET)
@@ -212,6 +227,8 @@ def _rmsnorm_bwd_kernel(
         u = dy * gamma[None, :]
         mean_ux = tl.sum(u * x, axis=1) / N  # N again: the padding lanes hold u * x = 0
         dx = r[:, None] * u - x * (r * r * r * mean_ux)[:, None]
+        if HAS_DH:  # x was h = x + residual, which also went on: its own gradient joins
+            dx += tl.load(DH + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         tl.store(DX + rows[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty), mask=mask)
         # Masked rows and lanes hold dy = x = 0: they add nothing.
         dgamma_acc += tl.sum(dy * n, axis=0).to(tl.float64)
@@ -229,11 +246,15 @@ def _rmsnorm_bwd_kernel(
 @triton.jit
 def _rmsnorm_fwd_chunked_kernel(
     X,
+    RES,
+    H,
     GAMMA,
     Y,
     CALLS,
     N,
     stride_x,
+    stride_res,
+    stride_h,
     stride_y,
     eps,
     BLOCK_N: tl.constexpr,
@@ -243,14 +264,17 @@ def _rmsnorm_fwd_chunked_kernel(
     SILU: tl.constexpr,
     ROUND_NORM: tl.constexpr,
     WEIGHT_OFFSET: tl.constexpr,
+    RESIDUAL: tl.constexpr,
 ):
     # One program per row (a persistent loop over rows measured slower, docs/performance-notes.md).
     if tl.program_id(0) == 0:  # count the call on the device
         tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1)  # see counters.py
     N, stride_x, stride_y = N // VEC * VEC, stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads
+    stride_res, stride_h = stride_res // VEC * VEC, stride_h // VEC * VEC
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride may pass 2**31
     cols = tl.arange(0, BLOCK_N)
     x_row = X + row * stride_x
+    h_row = H + row * stride_h  # the norm's input: x itself (H = X), or x + residual written in pass 1
     y_row = Y + row * stride_y
     # Pass 1: sum(x^2) over the row, chunk by chunk, in float32 lanes reduced once at the end. The loads
     # are marked evict_last so that the row stays in L2 for pass 2, which reads it again.
@@ -263,31 +287,39 @@ def _rmsnorm_fwd_chunked_kernel(
             x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0, eviction_policy="evict_last").to(
                 tl.float32
             )
+        if RESIDUAL:  # h = x + residual, stored in h's dtype for pass 2 and the caller, summed as stored
+            in_row = start + cols < N
+            x += tl.load(RES + row * stride_res + start + cols, mask=in_row, other=0.0).to(tl.float32)
+            h = _rounded(x, H.dtype.element_ty)
+            tl.store(h_row + start + cols, h, mask=in_row)
+            x = h.to(tl.float32)
         sum_sq += x * x
     r = tl.div_rn(
         1.0, tl.sqrt_rn(tl.sum(sum_sq, axis=0) / N + tl.cast(eps, tl.float32))
     )  # N, not the chunks' total width
+    if RESIDUAL:
+        tl.debug_barrier()  # pass 2 reads h back: every thread's stores of it first
     # Pass 2: y = x * r * gamma. This read of x is its last (evict_first); gamma is read by every row
     # (evict_last).
     for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
         if EVEN_N:
-            x = tl.load(x_row + start + cols, eviction_policy="evict_first").to(tl.float32)
+            x = tl.load(h_row + start + cols, eviction_policy="evict_first").to(tl.float32)
             gamma = _scale(tl.load(GAMMA + start + cols, eviction_policy="evict_last").to(tl.float32), WEIGHT_OFFSET)
             n = x * r
-            if ROUND_NORM:  # llama: n in x's dtype before the weight multiplies it
-                n = _rounded(n, X.dtype.element_ty).to(tl.float32)
+            if ROUND_NORM:  # llama: n in the norm's input dtype before the weight multiplies it
+                n = _rounded(n, H.dtype.element_ty).to(tl.float32)
             y = n * gamma
             if SILU:
                 y = y * tl.sigmoid(y)
             tl.store(y_row + start + cols, _rounded(y, Y.dtype.element_ty))
         else:
             mask = start + cols < N
-            x = tl.load(x_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            x = tl.load(h_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
             gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0, eviction_policy="evict_last")
             gamma = _scale(gamma.to(tl.float32), WEIGHT_OFFSET)
             n = x * r
             if ROUND_NORM:
-                n = _rounded(n, X.dtype.element_ty).to(tl.float32)
+                n = _rounded(n, H.dtype.element_ty).to(tl.float32)
             y = n * gamma
             if SILU:
                 y = y * tl.sigmoid(y)
@@ -353,6 +385,7 @@ def _rmsnorm_bwd_row_stats_kernel(
 def _rmsnorm_bwd_looped_kernel(
     DY,
     X,
+    DH,
     GAMMA,
     DX,
     PARTIAL,
@@ -362,6 +395,7 @@ def _rmsnorm_bwd_looped_kernel(
     N,
     stride_dy,
     stride_x,
+    stride_dh,
     stride_dx,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -370,6 +404,7 @@ def _rmsnorm_bwd_looped_kernel(
     SILU: tl.constexpr,
     ROUND_NORM: tl.constexpr,
     WEIGHT_OFFSET: tl.constexpr,
+    HAS_DH: tl.constexpr,
 ):
     # Program (p, s): column segment s of the rows p, p + P, ...; its dgamma share stays in registers
     # because a segment, unlike a 65536-wide row, fits there.
@@ -395,6 +430,8 @@ def _rmsnorm_bwd_looped_kernel(
         if SILU:  # as in _rmsnorm_bwd_kernel
             dy = dy * _silu_grad(n * gamma[None, :])
         dx = r[:, None] * (dy * gamma[None, :]) - x * coef[:, None]
+        if HAS_DH:  # as in _rmsnorm_bwd_kernel
+            dx += tl.load(DH + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         tl.store(DX + rows[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty), mask=mask)
         dgamma_acc += tl.sum(dy * n, axis=0).to(tl.float64)
     tl.store(PARTIAL + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)
@@ -474,32 +511,42 @@ def rmsnorm_forward(
     launch: Callable = direct,
     activation: str | None = None,
     mode: str = "torch",
-) -> torch.Tensor:
+    residual: torch.Tensor | None = None,
+    residual_in_fp32: bool = False,
+):
     """y = rmsnorm(x) * gamma, contiguous, for x of shape (..., N) with rows at one stride; silu(y) with
-    ``activation="silu"``; in ``mode``'s numerics and ``reference.output_dtype``. ``calls``:
-    ``counters.calls(x.device)``, whose forward count the kernel increments (not for an x with no rows:
-    nothing is launched). ``launch(kernel)`` gives what is launched: the kernel itself, or
-    ``wrap_triton(kernel)`` while torch.compile traces."""
-    y_dtype = output_dtype(x.dtype, gamma.dtype, mode)
+    ``activation="silu"``; in ``mode``'s numerics and ``reference.output_dtype``. With a ``residual`` of
+    x's shape: ``(y, h)``, where h = x + residual in ``reference.residual_dtype`` and y is the norm of h
+    as stored. ``calls``: ``counters.calls(x.device)``, whose forward count the kernel increments (not for
+    an x with no rows: nothing is launched). ``launch(kernel)`` gives what is launched: the kernel itself,
+    or ``wrap_triton(kernel)`` while torch.compile traces."""
+    h_dtype = x.dtype if residual is None else residual_dtype(x.dtype, residual.dtype, residual_in_fp32)
+    y = torch.empty(x.shape, dtype=output_dtype(h_dtype, gamma.dtype, mode), device=x.device)
+    h = None if residual is None else torch.empty(x.shape, dtype=h_dtype, device=x.device)
     if x.numel() == 0:
-        return torch.empty(x.shape, dtype=y_dtype, device=x.device)
+        return y if h is None else (y, h)
     n = int(x.shape[-1])
     gamma = gamma.contiguous()  # the kernels read gamma as N consecutive elements
     x2 = as_rows(x, n)
     rows = x2.shape[0]
-    y = _empty_like_contiguous(x, y_dtype)
-    vec = vector_width(
-        n, x2, traced=launch is not direct
-    )  # of the x launched on: a plan passed in may come from another layout
+    # Without a residual the norm's input H is x itself; with one, RES and H are read and written too.
+    res2 = x2 if residual is None else as_rows(residual, n)
+    h2 = x2 if h is None else h.view(-1, n)
+    # of the tensors launched on: a plan passed in may come from another layout
+    vec = vector_width(n, x2, res2, traced=launch is not direct)
     p = p or plan_for(x2, gamma, vec)
     if p.fwd_two_pass:
         launch(_rmsnorm_fwd_chunked_kernel)[(p.fwd_programs,)](
             x2,
+            res2,
+            h2,
             gamma,
             y,
             calls,
             n,
             x2.stride(0),
+            res2.stride(0),
+            h2.stride(0),
             n,
             eps,
             BLOCK_N=p.block_n,
@@ -509,17 +556,22 @@ def rmsnorm_forward(
             SILU=activation == "silu",
             ROUND_NORM=mode == "llama",
             WEIGHT_OFFSET=mode == "gemma",
+            RESIDUAL=h is not None,
             num_warps=p.fwd_warps,
         )
     else:
         launch(_rmsnorm_fwd_kernel)[(p.fwd_programs,)](
             x2,
+            res2,
+            h2,
             gamma,
             y,
             calls,
             rows,
             n,
             x2.stride(0),
+            res2.stride(0),
+            h2.stride(0),
             n,
             eps,
             BLOCK_M=p.fwd_block_m,
@@ -529,9 +581,10 @@ def rmsnorm_forward(
             SILU=activation == "silu",
             ROUND_NORM=mode == "llama",
             WEIGHT_OFFSET=mode == "gemma",
+            RESIDUAL=h is not None,
             num_warps=p.fwd_warps,
         )
-    return y
+    return y if h is None else (y, h)
 
 
 def rmsnorm_backward(
@@ -544,9 +597,12 @@ def rmsnorm_backward(
     launch: Callable = direct,
     activation: str | None = None,
     mode: str = "torch",
+    dh: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dx in x's dtype, dgamma in gamma's dtype) for dy and x of the same shape (..., N); with
-    ``activation="silu"``, dy is the gradient of the forward's silu(y); in ``mode``'s numerics.
+    ``activation="silu"``, dy is the gradient of the forward's silu(y); in ``mode``'s numerics. With
+    ``dh`` (x is then h = x + residual, which the forward also returned, and dh that output's gradient),
+    dx is h's whole gradient, the norm's plus dh: the gradient of both x and the residual.
     ``calls``: ``counters.calls(x.device)``, whose backward count the first kernel increments (not for
     an x with no rows: nothing is launched, and dgamma, a sum over no rows, is zeros). ``launch`` as in
     ``rmsnorm_forward``."""
@@ -561,9 +617,10 @@ def rmsnorm_backward(
     dgamma = torch.empty_like(gamma)
     # VEC of the tensors launched on: autograd may hand back a saved x in another layout than the one
     # the forward planned for (saved-tensor hooks), and dy has any layout.
-    vec = vector_width(n, x2, dy2, traced=launch is not direct)
+    dh2 = dy2 if dh is None else as_rows(dh, n)  # read only with HAS_DH
+    vec = vector_width(n, x2, dy2, dh2, traced=launch is not direct)
     p = p or plan_for(x2, gamma, vec)  # the backward's settings do not depend on the vector width
-    sdy, sx = dy2.stride(0), x2.stride(0)
+    sdy, sx, sdh = dy2.stride(0), x2.stride(0), dh2.stride(0)
     if p.looped:
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
         coef = torch.empty(rows, dtype=torch.float32, device=x.device)
@@ -590,6 +647,7 @@ def rmsnorm_backward(
         launch(_rmsnorm_bwd_looped_kernel)[p.bwd_grid](
             dy2,
             x2,
+            dh2,
             gamma,
             dx,
             partial,
@@ -599,6 +657,7 @@ def rmsnorm_backward(
             n,
             sdy,
             sx,
+            sdh,
             n,
             BLOCK_M=p.bwd_block_m,
             BLOCK_N=p.bwd_block_n,
@@ -607,6 +666,7 @@ def rmsnorm_backward(
             SILU=activation == "silu",
             ROUND_NORM=mode == "llama",
             WEIGHT_OFFSET=mode == "gemma",
+            HAS_DH=dh is not None,
             num_warps=p.bwd_warps,
         )
     else:
@@ -615,6 +675,7 @@ def rmsnorm_backward(
         launch(_rmsnorm_bwd_kernel)[p.bwd_grid[:1]](
             dy2,
             x2,
+            dh2,
             gamma,
             dx,
             partial,
@@ -623,6 +684,7 @@ def rmsnorm_backward(
             n,
             sdy,
             sx,
+            sdh,
             n,
             eps,
             BLOCK_M=p.bwd_block_m,
@@ -633,6 +695,7 @@ def rmsnorm_backward(
             SILU=activation == "silu",
             ROUND_NORM=mode == "llama",
             WEIGHT_OFFSET=mode == "gemma",
+            HAS_DH=dh is not None,
             num_warps=p.bwd_warps,
         )
         if final:

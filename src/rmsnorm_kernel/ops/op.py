@@ -29,9 +29,9 @@ from torch.library import triton_op, wrap_triton
 
 from . import counters, kernels
 from .backend import CUDA, backend
-from .contract import check_forward
+from .contract import check_forward, check_residual
 from .launch import Plan, plan_for
-from .reference import DEFAULT_EPS, output_dtype
+from .reference import DEFAULT_EPS, output_dtype, residual_dtype
 
 
 def _register(name: str, fn, fake):
@@ -71,8 +71,11 @@ def _rmsnorm_backward_impl(
     calls: Tensor,
     activation: str | None = None,
     mode: str = "torch",
+    dh: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    return kernels.rmsnorm_backward(dy, x, gamma, eps, calls, launch=wrap_triton, activation=activation, mode=mode)
+    return kernels.rmsnorm_backward(
+        dy, x, gamma, eps, calls, launch=wrap_triton, activation=activation, mode=mode, dh=dh
+    )
 
 
 def _rmsnorm_backward_fake(
@@ -83,12 +86,56 @@ def _rmsnorm_backward_fake(
     calls: Tensor,
     activation: str | None = None,
     mode: str = "torch",
+    dh: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty_like(gamma)
 
 
+def _add_rmsnorm_impl(
+    x: Tensor,
+    residual: Tensor,
+    gamma: Tensor,
+    eps: float,
+    calls: Tensor,
+    activation: str | None = None,
+    mode: str = "torch",
+    residual_in_fp32: bool = False,
+) -> tuple[Tensor, Tensor]:
+    check_forward(x, gamma, eps, activation, mode)
+    check_residual(x, residual, residual_in_fp32)
+    return kernels.rmsnorm_forward(
+        x,
+        gamma,
+        eps,
+        calls,
+        launch=wrap_triton,
+        activation=activation,
+        mode=mode,
+        residual=residual,
+        residual_in_fp32=residual_in_fp32,
+    )
+
+
+def _add_rmsnorm_fake(
+    x: Tensor,
+    residual: Tensor,
+    gamma: Tensor,
+    eps: float,
+    calls: Tensor,
+    activation: str | None = None,
+    mode: str = "torch",
+    residual_in_fp32: bool = False,
+) -> tuple[Tensor, Tensor]:
+    check_forward(x, gamma, eps, activation, mode)
+    check_residual(x, residual, residual_in_fp32)
+    h_dtype = residual_dtype(x.dtype, residual.dtype, residual_in_fp32)
+    y = torch.empty(x.shape, dtype=output_dtype(h_dtype, gamma.dtype, mode), device=x.device)
+    return y, torch.empty(x.shape, dtype=h_dtype, device=x.device)
+
+
 _rmsnorm_op = _register("rmsnorm_kernel::rmsnorm", _rmsnorm_impl, _rmsnorm_fake)
 _rmsnorm_backward_op = _register("rmsnorm_kernel::rmsnorm_backward", _rmsnorm_backward_impl, _rmsnorm_backward_fake)
+_add_rmsnorm_op = _register("rmsnorm_kernel::add_rmsnorm", _add_rmsnorm_impl, _add_rmsnorm_fake)
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -106,6 +153,27 @@ def _backward(ctx, dy: Tensor):
 
 
 _rmsnorm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _add_setup_context(ctx, inputs, output) -> None:
+    x, residual, gamma, eps, calls, activation, mode, _ = inputs
+    ctx.save_for_backward(output[1], gamma, calls)  # h, the norm's input
+    ctx.eps, ctx.activation, ctx.mode = eps, activation, mode
+    ctx.x_dtype, ctx.residual_dtype = x.dtype, residual.dtype
+
+
+def _add_backward(ctx, dy: Tensor | None, dh: Tensor | None):
+    h, gamma, calls = ctx.saved_tensors
+    if dy is None:  # only h went on
+        dy = torch.zeros_like(h)
+    dh_total, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(
+        dy, h, gamma, ctx.eps, calls, ctx.activation, ctx.mode, dh
+    )
+    # an add passes h's gradient to both of its inputs
+    return dh_total.to(ctx.x_dtype), dh_total.to(ctx.residual_dtype), dgamma, None, None, None, None, None
+
+
+_add_rmsnorm_op.register_autograd(_add_backward, setup_context=_add_setup_context)
 
 
 def _refuse_double_backward(ctx, ddx, ddgamma):
@@ -230,13 +298,90 @@ class _RMSNormBackward(torch.autograd.Function):
         return (torch.stack([dx for dx, _ in grads]), torch.stack([dgamma for _, dgamma in grads])), (0, 0)
 
 
+class _AddRMSNormFunction(torch.autograd.Function):
+    """The eager route of the norm with a residual: ``(y, h)`` from the kernels, as the op
+    ``rmsnorm_kernel::add_rmsnorm`` gives them, without its dispatch overhead (see ``_RMSNormFunction``)."""
+
+    @staticmethod
+    def forward(x, residual, gamma, eps, activation, mode, residual_in_fp32):
+        return kernels.rmsnorm_forward(
+            x,
+            gamma,
+            eps,
+            counters.calls(x.device),
+            activation=activation,
+            mode=mode,
+            residual=residual,
+            residual_in_fp32=residual_in_fp32,
+        )
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        x, residual, gamma, eps, activation, mode, _ = inputs
+        ctx.save_for_backward(output[1], gamma)  # h, the norm's input
+        ctx.eps, ctx.activation, ctx.mode = eps, activation, mode
+        ctx.x_dtype, ctx.residual_dtype = x.dtype, residual.dtype
+
+    @staticmethod
+    def backward(ctx, dy: Tensor, dh: Tensor):
+        h, gamma = ctx.saved_tensors
+        if not (_readable(dy) and _readable(h)):
+            raise NotImplementedError(
+                "rmsnorm (triton): torch.func transforms of the norm with a residual are not implemented; "
+                "accepted: plain autograd with a residual, or torch.func without one"
+            )
+        calls = counters.calls(h.device)
+        if torch.is_grad_enabled():  # create_graph=True: the op's backward refuses double backward
+            dh_total, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(
+                dy, h, gamma, ctx.eps, calls, ctx.activation, ctx.mode, dh
+            )
+        else:
+            dh_total, dgamma = kernels.rmsnorm_backward(
+                dy, h, gamma, ctx.eps, calls, activation=ctx.activation, mode=ctx.mode, dh=dh
+            )
+        return dh_total.to(ctx.x_dtype), dh_total.to(ctx.residual_dtype), dgamma, None, None, None, None
+
+
+def _add_rmsnorm(x, residual, gamma, eps, activation, mode, residual_in_fp32) -> tuple[Tensor, Tensor]:
+    """``rmsnorm`` with a residual, after its checks of x, gamma, eps, activation and mode."""
+    check_residual(x, residual, residual_in_fp32)
+    if x.numel() and not kernels.rows_at_one_stride(x):
+        x = x.contiguous()
+    if residual.numel() and not kernels.rows_at_one_stride(residual):
+        residual = residual.contiguous()
+    if not gamma.is_contiguous():
+        gamma = gamma.contiguous()
+    if (
+        torch.compiler.is_compiling()
+        or type(x) is not Tensor
+        or type(residual) is not Tensor
+        or type(gamma) not in _PLAIN
+    ):
+        return torch.ops.rmsnorm_kernel.add_rmsnorm(
+            x, residual, gamma, eps, counters.calls(x.device), activation, mode, residual_in_fp32
+        )
+    return _AddRMSNormFunction.apply(x, residual, gamma, eps, activation, mode, residual_in_fp32)
+
+
 _PLAIN = (Tensor, torch.nn.Parameter)
 
 
 def rmsnorm(
-    x: Tensor, gamma: Tensor, eps: float = DEFAULT_EPS, activation: str | None = None, mode: str = "torch"
-) -> Tensor:
+    x: Tensor,
+    gamma: Tensor,
+    eps: float = DEFAULT_EPS,
+    activation: str | None = None,
+    mode: str = "torch",
+    residual: Tensor | None = None,
+    residual_in_fp32: bool = False,
+):
     """RMSNorm over the last dimension through the Triton kernels; differentiable in x and gamma.
+
+    With a ``residual`` of x's shape it returns ``(y, h)``: h = x + residual (in the dtype torch promotes
+    the two to, or float32 with ``residual_in_fp32=True``) and y the norm of h as stored, from the same
+    kernels, which read x and the residual once and write h and y; gradients flow to x and the residual
+    through both outputs. This is the add and norm of a pre-norm transformer block. ``torch.func``
+    transforms of this form are not implemented.
 
     ``mode`` picks the numerics of ``reference.py``: ``"torch"`` (``torch.nn.RMSNorm``'s), ``"llama"``
     (``LlamaRMSNorm``'s: the normalized x rounded to x's dtype before the weight, y in the promoted dtype)
@@ -265,6 +410,8 @@ def rmsnorm(
     sample's rows). Forward mode (``jvp``, ``jacfwd``, ``hessian``) is not implemented.
     """
     check_forward(x, gamma, eps, activation, mode)
+    if residual is not None or residual_in_fp32 is not False:
+        return _add_rmsnorm(x, residual, gamma, eps, activation, mode, residual_in_fp32)
     # Any layout: rows that no single stride reaches (x.t(), q after a transpose) are copied once here, so
     # that both directions read the copy, and autograd takes dx back to x's layout.
     if x.numel() and not kernels.rows_at_one_stride(x):

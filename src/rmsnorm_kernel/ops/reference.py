@@ -28,6 +28,10 @@ gradient through the SiLU, then the formulas above with dy replaced by
 
 where y is the unrounded ``n * gamma``.
 
+With a residual (the add before the norm of a pre-norm transformer block), ``h = x + residual`` is
+computed first, in ``residual_dtype``, and returned; y is the norm of h as stored. The gradient of h is
+the norm's (above, with x = h) plus that of h itself, and an add passes it to x and residual alike.
+
 ``oracle`` is what every comparison of this project checks against: these formulas in float64.
 """
 
@@ -51,6 +55,12 @@ def output_dtype(x_dtype: torch.dtype, gamma_dtype: torch.dtype, mode: str = "to
     """y's dtype: x's, except in ``"llama"`` mode, where the weight multiplies a tensor of x's dtype and
     torch's type promotion decides."""
     return torch.promote_types(x_dtype, gamma_dtype) if mode == "llama" else x_dtype
+
+
+def residual_dtype(x_dtype: torch.dtype, res_dtype: torch.dtype, residual_in_fp32: bool = False) -> torch.dtype:
+    """The dtype of h = x + residual: torch's promotion of the two, or float32 with ``residual_in_fp32``
+    (the residual stream kept in float32 between layers, as flash-attention's option does)."""
+    return torch.float32 if residual_in_fp32 else torch.promote_types(x_dtype, res_dtype)
 
 
 def _normalized(xc: torch.Tensor, eps: float, mode: str, x_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,3 +153,47 @@ def oracle(
     y = _forward(xd, gd, eps, activation, mode, x.dtype)
     dx, dgamma = _backward(xd, gd, dyd, eps, activation, mode, x.dtype)
     return y.to(output_dtype(x.dtype, gamma.dtype, mode)), dx.to(x.dtype), dgamma.to(gamma.dtype)
+
+
+def add_rmsnorm_reference(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    gamma: torch.Tensor,
+    eps: float = DEFAULT_EPS,
+    activation: str | None = None,
+    mode: str = "torch",
+    residual_in_fp32: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, h): h = x + residual in ``residual_dtype``, y = ``rmsnorm_reference(h, ...)``."""
+    hd = residual_dtype(x.dtype, residual.dtype, residual_in_fp32)
+    h = x.to(hd) + residual.to(hd)
+    return rmsnorm_reference(h, gamma, eps, activation, mode), h
+
+
+@torch.no_grad()
+def add_oracle(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    gamma: torch.Tensor,
+    dy: torch.Tensor,
+    dh: torch.Tensor,
+    eps: float = DEFAULT_EPS,
+    activation: str | None = None,
+    mode: str = "torch",
+    residual_in_fp32: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """(y, h, dx, dresidual, dgamma) of the norm with a residual, for the gradients dy of y and dh of h:
+    h exactly as ``add_rmsnorm_reference`` makes it (one rounded add), the rest in float64 as ``oracle``,
+    rounded to y's, h's, x's, residual's and gamma's dtypes."""
+    _, h = add_rmsnorm_reference(x, residual, gamma, eps, activation, mode, residual_in_fp32)
+    hd, gd, dyd = h.double(), gamma.double(), dy.double()
+    y = _forward(hd, gd, eps, activation, mode, h.dtype)
+    dh_norm, dgamma = _backward(hd, gd, dyd, eps, activation, mode, h.dtype)
+    dh_total = dh_norm + dh.double()
+    return (
+        y.to(output_dtype(h.dtype, gamma.dtype, mode)),
+        h,
+        dh_total.to(x.dtype),
+        dh_total.to(residual.dtype),
+        dgamma.to(gamma.dtype),
+    )
