@@ -27,7 +27,7 @@ def test_contract_violation_is_refused_naming_its_argument_before_any_kernel(nam
     before = call_counts()
     x_before = x.clone() if isinstance(x, torch.Tensor) and x.device.type != "meta" else None
     with pytest.raises(ContractError) as refusal:
-        rmsnorm(x, gamma, eps, v.activation, v.mode)
+        rmsnorm(x, gamma, eps, **v.kwargs(device))
     assert v.problems(str(refusal.value)) == []
     assert call_counts() == before
     if x_before is not None:

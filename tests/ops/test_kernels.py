@@ -5,10 +5,10 @@ import pytest
 import torch
 import triton
 
-from rmsnorm_kernel import oracle, rmsnorm, rmsnorm_reference
+from rmsnorm_kernel import call_counts, oracle, rmsnorm, rmsnorm_reference
 from rmsnorm_kernel.ops import counters, kernels, launch
-from rmsnorm_kernel.ops.reference import manual_backward
-from rmsnorm_kernel.ops.tolerances import compare, tolerance_dtype
+from rmsnorm_kernel.ops.reference import add_oracle, manual_backward
+from rmsnorm_kernel.ops.tolerances import TOLERANCES, compare, tolerance_dtype
 from rmsnorm_kernel.testing import make_inputs
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -149,12 +149,17 @@ def test_norm_then_silu_counts_one_call_each_way(device):
     assert (after["forward"] - before["forward"], after["backward"] - before["backward"]) == (1, 1)
 
 
-@pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16], ids=str)
-def test_mixed_precision_pair_keeps_x_dtype_for_y_and_gamma_dtype_for_dgamma(x_dtype, device):
-    x, gamma, dy = make_inputs((17, 257), x_dtype, device, gamma_dtype=torch.float32)
-    # dgamma is accumulated in float32 from half inputs: judged at x's precision
-    y, dx, dgamma = assert_matches_oracle(x, gamma, dy, dgamma_dtype=x_dtype)
-    assert y.dtype == dx.dtype == x_dtype and dgamma.dtype == torch.float32
+MIXED_PAIRS = [(a, b) for a in DTYPES for b in DTYPES if a != b]
+
+
+@pytest.mark.parametrize("x_dtype, gamma_dtype", MIXED_PAIRS, ids=str)
+def test_every_mixed_pair_keeps_x_dtype_for_y_and_gamma_dtype_for_dgamma(x_dtype, gamma_dtype, device):
+    """As F.rms_norm takes them: any two of the dtypes (autocast's half x with a float32 weight among them)."""
+    x, gamma, dy = make_inputs((17, 257), x_dtype, device, gamma_dtype=gamma_dtype)
+    # dgamma carries the coarser of the two precisions: judged at it
+    coarser = max(x_dtype, gamma_dtype, key=lambda d: TOLERANCES[d].rtol)
+    y, dx, dgamma = assert_matches_oracle(x, gamma, dy, dgamma_dtype=coarser)
+    assert y.dtype == dx.dtype == x_dtype and dgamma.dtype == gamma_dtype
 
 
 def test_triton_matches_hand_worked_numbers(device):
@@ -419,3 +424,57 @@ def test_the_named_kernels_of_each_direction_are_the_kernels_module_defines():
     assert all(hasattr(getattr(kernels, name), "run") for name in names)
     defined = {name for name in vars(kernels) if name.startswith("_") and name.endswith("_kernel")}
     assert set(names) == defined
+
+
+def residual_grads(x, residual, gamma, dy, dh, **kwargs):
+    """(y, h, dx, dresidual, dgamma) of the Triton path with a residual, through autograd."""
+    xl, rl, gl = (t.detach().clone().requires_grad_() for t in (x, residual, gamma))
+    y, h = rmsnorm(xl, gl, residual=rl, **kwargs)
+    torch.autograd.backward([y, h], [dy.to(y.dtype), dh.to(h.dtype)])
+    return y.detach(), h.detach(), xl.grad, rl.grad, gl.grad
+
+
+def assert_residual_matches_oracle(x, residual, gamma, dy, dh, mode="torch", **kwargs):
+    got = residual_grads(x, residual, gamma, dy, dh, mode=mode, **kwargs)
+    want_all = add_oracle(x, residual, gamma, dy.to(got[0].dtype), dh.to(got[1].dtype), mode=mode, **kwargs)
+    for name, g, want in zip(("y", "h", "dx", "dresidual", "dgamma"), got, want_all):
+        assert g.dtype == want.dtype and g.shape == want.shape, name
+        c = compare(g, want, tolerance_dtype(want.dtype, got[1].dtype, mode))
+        assert c.ok, f"{name}: max abs {c.max_abs:.3g}, {c.worst_over_tol:.3g} x the tolerance"
+    return got
+
+
+@pytest.mark.parametrize("residual_in_fp32", [False, True], ids=["h_in_x_dtype", "h_in_fp32"])
+@pytest.mark.parametrize("shape, dtype", BRANCH_CASES, ids=str)
+def test_residual_add_matches_its_oracle_in_every_branch(shape, dtype, residual_in_fp32, device):
+    x, gamma, dy = make_inputs(shape, dtype, device)
+    residual, _, dh = make_inputs(shape, dtype, device, seed=1)
+    _, h, _, _, _ = assert_residual_matches_oracle(x, residual, gamma, dy, dh, residual_in_fp32=residual_in_fp32)
+    assert h.dtype == (torch.float32 if residual_in_fp32 else dtype)
+    # h is exactly the add torch makes (one rounding of the exact sum)
+    assert torch.equal(h, x.to(h.dtype) + residual.to(h.dtype))
+
+
+def test_residual_add_with_mixed_dtypes_modes_and_silu(device):
+    x, gamma, dy = make_inputs((17, 257), torch.bfloat16, device, gamma_dtype=torch.float32)
+    residual, _, dh = make_inputs((17, 257), torch.float32, device, seed=1)  # an fp32 residual stream
+    got = assert_residual_matches_oracle(x, residual, gamma, dy, dh)
+    assert (got[1].dtype, got[2].dtype, got[3].dtype) == (torch.float32, torch.bfloat16, torch.float32)
+    x, gamma, dy = make_inputs((3, 8193), torch.bfloat16, device)
+    residual, _, dh = make_inputs((3, 8193), torch.bfloat16, device, seed=1)
+    assert_residual_matches_oracle(x, residual, gamma, dy, dh, mode="llama", activation="silu")
+    assert_residual_matches_oracle(x, residual, gamma - 1, dy, dh, mode="gemma")
+
+
+def test_residual_add_counts_one_call_each_way_and_needs_only_one_output_used(device):
+    x, gamma, dy = make_inputs((17, 257), torch.float32, device)
+    residual = make_inputs((17, 257), torch.float32, device, seed=1)[0]
+    before = dict(call_counts())
+    for use in ("y", "h"):
+        xl, rl = x.clone().requires_grad_(), residual.clone().requires_grad_()
+        y, h = rmsnorm(xl, gamma, residual=rl)
+        (y if use == "y" else h).backward(dy)
+        if use == "h":  # h = x + residual: its gradient goes to both unchanged
+            assert torch.equal(xl.grad, dy) and torch.equal(rl.grad, dy)
+    after = call_counts()
+    assert (after["forward"] - before["forward"], after["backward"] - before["backward"]) == (2, 2)

@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from rmsnorm_kernel import RMSNorm, call_counts, oracle
+from rmsnorm_kernel import ContractError, RMSNorm, call_counts, oracle
 from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.ops.module import default_eps
 from rmsnorm_kernel.ops.tolerances import compare
@@ -273,3 +273,24 @@ def test_activation_is_keyword_only_checked_and_in_the_repr():
     with pytest.raises(ValueError, match=r"activation is 'relu'; accepted: None or 'silu'"):
         RMSNorm(8, activation="relu")
     assert repr(RMSNorm(8, activation="silu")) == "RMSNorm((8,), eps=None, elementwise_affine=True, activation='silu')"
+
+
+@pytest.mark.parametrize("residual_in_fp32", [False, True])
+@pytest.mark.parametrize("impl", IMPLS)
+def test_forward_with_a_residual_returns_the_norm_of_the_sum_and_the_sum_on_every_path(impl, residual_in_fp32, device):
+    x, gamma, dy = make_inputs((3, 5, 2, 8), torch.bfloat16, device)
+    residual = make_inputs((3, 5, 2, 8), torch.bfloat16, device, seed=1)[0]
+    m = RMSNorm((2, 8), eps=1e-6, impl=impl, device=device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        m.weight.copy_(torch.linspace(0.5, 1.5, 16).reshape(2, 8))
+    y, h = m(x, residual, residual_in_fp32=residual_in_fp32)
+    want_h = x.float() + residual.float()
+    if not residual_in_fp32:
+        want_h = want_h.to(torch.bfloat16)
+    assert h.shape == x.shape and torch.equal(h, want_h)
+    assert torch.equal(y, m(h))  # the norm of h as returned
+
+
+def test_residual_in_fp32_without_a_residual_is_refused():
+    with pytest.raises(ContractError, match="residual_in_fp32 is True without a residual"):
+        RMSNorm(8, impl="reference")(torch.ones(2, 8), residual_in_fp32=True)

@@ -250,3 +250,39 @@ def test_torch_compile_fullgraph_of_an_x_without_rows_gives_an_empty_y_and_a_zer
     assert_empty_y_empty_dx_zero_dgamma(y, x, norm.weight)
     assert sorted(set(reached)) == (["rmsnorm_backward", "rmsnorm_forward"] if impl == "triton" else [])
     assert call_counts() == before
+
+
+def test_opcheck_passes_for_the_residual_add_and_its_backward(device):
+    x, gamma, dy = make_inputs((17, 257), torch.bfloat16, device, gamma_dtype=torch.float32)
+    residual, _, dh = make_inputs((17, 257), torch.bfloat16, device, seed=1)
+    calls = counters.calls(x.device)
+    for residual_in_fp32 in (False, True):
+        torch.library.opcheck(
+            torch.ops.rmsnorm_kernel.add_rmsnorm.default,
+            (x.clone().requires_grad_(), residual.clone().requires_grad_(), gamma.clone().requires_grad_()),
+            {"eps": 1e-6, "calls": calls, "residual_in_fp32": residual_in_fp32},
+        )
+    torch.library.opcheck(torch.ops.rmsnorm_kernel.rmsnorm_backward.default, (dy, x, gamma, 1e-6, calls), {"dh": dh})
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_residual_add_compiles_without_graph_breaks_and_gives_the_eager_result(impl, device):
+    torch.manual_seed(0)
+    norm = RMSNorm(257, eps=1e-6, impl=impl).to(device)
+    x, gamma, dy = make_inputs((16, 257), torch.float32, device)
+    residual = make_inputs((16, 257), torch.float32, device, seed=1)[0]
+    with torch.no_grad():
+        norm.weight.copy_(gamma)
+
+    def step(fn):
+        xl, rl = x.clone().requires_grad_(), residual.clone().requires_grad_()
+        y, h = fn(xl, rl)
+        (y * dy + h).sum().backward()
+        return y.detach(), h.detach(), xl.grad, rl.grad
+
+    eager = step(lambda a, b: norm(a, b))
+    norm.zero_grad()
+    torch.compiler.reset()
+    compiled = step(torch.compile(lambda a, b: norm(a, b), fullgraph=True))
+    for e, c in zip(eager, compiled):
+        assert compare(c, e).ok

@@ -6,7 +6,7 @@ import torch
 
 from rmsnorm_kernel.testing import CONTRACT_VIOLATIONS, Violation
 
-ARGUMENTS = {"x", "gamma", "eps", "activation", "mode", "x and gamma"}
+ARGUMENTS = {"x", "gamma", "eps", "activation", "mode", "residual", "residual_in_fp32", "x and gamma"}
 
 
 def test_cases_have_unique_names_and_blame_an_argument_of_rmsnorm():

@@ -45,7 +45,7 @@ def _try_refusal(v: Violation, device: str) -> NegativeCase:
     counts_before = call_counts()
     try:
         with kernel_launches_forbidden():
-            rmsnorm(x, gamma, eps, v.activation, v.mode)
+            rmsnorm(x, gamma, eps, **v.kwargs(device))
     except ContractError as exc:
         problems = v.problems(str(exc))
         if call_counts() != counts_before:

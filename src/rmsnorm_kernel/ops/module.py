@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .contract import ContractError, check_forward
+from .contract import ContractError, check_forward, check_residual
 from .impls import FALLBACKS, IMPLS
 from .op import rmsnorm
-from .reference import ACTIVATIONS, MODES, rmsnorm_reference
+from .reference import ACTIVATIONS, MODES, residual_dtype, rmsnorm_reference
 
 log = logging.getLogger("rmsnorm_kernel")
 
@@ -123,7 +123,17 @@ class RMSNorm(nn.Module):
         if self.weight is not None:
             (nn.init.zeros_ if self.mode == "gemma" else nn.init.ones_)(self.weight)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, residual_in_fp32: bool = False):
+        """y, or ``(y, h)`` with a ``residual``: h = x + residual (in torch's promoted dtype, float32 with
+        ``residual_in_fp32``) and y the norm of h, the add and norm of a pre-norm block; the Triton path
+        does both in the same kernels."""
+        if residual is not None or residual_in_fp32:
+            if self.impl == "triton" and self.fallback is None:
+                return self._triton_with_residual(x, residual, residual_in_fp32)
+            check_residual(x, residual, residual_in_fp32)
+            h_dtype = residual_dtype(x.dtype, residual.dtype, residual_in_fp32)
+            h = x.to(h_dtype) + residual.to(h_dtype)
+            return self(h), h
         self._check_trailing_shape(x)
         if self.impl == "native":
             y = self._native(x)
@@ -141,6 +151,23 @@ class RMSNorm(nn.Module):
         else:
             y = self._triton(x2, w, eps, mode)
         return y if flat else y.reshape(x.shape)
+
+    def _triton_with_residual(self, x: torch.Tensor, residual, residual_in_fp32) -> tuple[torch.Tensor, torch.Tensor]:
+        """(y, h) from the kernels' fused add and norm."""
+        self._check_trailing_shape(x)
+        eps = default_eps(x.dtype) if self.eps is None else self.eps
+        n = math.prod(self.normalized_shape)
+        lead = x.shape[: x.dim() - len(self.normalized_shape)]
+        if self.weight is None:
+            w, mode = self._ones_like(x, n), "torch"
+        else:
+            w, mode = self.weight.reshape(n), self.mode
+        if isinstance(residual, torch.Tensor) and residual.shape == x.shape:
+            residual = residual.reshape(*lead, n)
+        y, h = rmsnorm(
+            x.reshape(*lead, n), w, eps, self.activation, mode, residual=residual, residual_in_fp32=residual_in_fp32
+        )
+        return y.reshape(x.shape), h.reshape(x.shape)
 
     def _native(self, x: torch.Tensor) -> torch.Tensor:
         """The norm from ``F.rms_norm``, in each mode as the module it comes from writes it."""

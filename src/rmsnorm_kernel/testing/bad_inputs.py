@@ -1,9 +1,10 @@
 """The contract's bad inputs: every input the Triton path must refuse, named once for the tests and the
 ``negative`` command.
 
-Each ``Violation`` builds ``(x, gamma, eps)`` on a device, holds the ``activation`` and ``mode`` passed
-with them, names the argument at fault (as the refusal names it first: ``x``, ``gamma``, ``eps``,
-``activation``, ``mode``, or ``x and gamma``) and holds a pattern that the message of the
+Each ``Violation`` builds ``(x, gamma, eps)`` on a device, and the keyword arguments passed with them
+(``kwargs``: activation, mode, residual, residual_in_fp32), names the argument at fault (as the refusal
+names it first: ``x``, ``gamma``, ``eps``, ``activation``, ``mode``, ``residual``, ``residual_in_fp32``,
+or ``x and gamma``) and holds a pattern that the message of the
 ``ContractError`` must match. An x without rows is no violation by itself (it gives an empty y without a
 launch), but it is checked for everything else: the ``no_rows_*`` cases are refused for their other
 fault. Rows of zero elements (N = 0) are a violation, reported before gamma's length.
@@ -28,15 +29,14 @@ _MODES = re.escape(" or ".join(map(repr, MODES)))
 
 @dataclass(frozen=True)
 class Violation:
-    """An input the Triton path must refuse: ``build(device)`` returns ``(x, gamma, eps)``, called with
-    ``activation`` and ``mode``; the refusal names ``argument`` and matches the pattern ``message``."""
+    """An input the Triton path must refuse: ``rmsnorm(*build(device), **kwargs(device))``; the refusal
+    names ``argument`` and matches the pattern ``message``."""
 
     name: str
     argument: str
     build: Callable[[str], tuple]
     message: str
-    activation: object = None
-    mode: object = "torch"
+    kwargs: Callable[[str], dict] = lambda d: {}
 
     def problems(self, refusal: str) -> list[str]:
         """Why ``refusal`` (a ContractError's message) is not this violation's: [] when it names the
@@ -87,19 +87,6 @@ CONTRACT_VIOLATIONS: tuple[Violation, ...] = (
         "gamma",
         lambda d: (*_x_and_gamma((4, 6), d, gamma_dtype=torch.float64), 1e-6),
         rf"gamma has dtype torch\.float64; accepted: {_DTYPES}",
-    ),
-    Violation(
-        "dtypes_differ",
-        "x and gamma",
-        lambda d: (*_x_and_gamma((4, 6), d, gamma_dtype=torch.float16), 1e-6),
-        r"x and gamma have dtypes torch\.float32 and torch\.float16; "
-        r"accepted: the same dtype, or x float16/bfloat16 with gamma float32",
-    ),
-    Violation(
-        "half_pair_differs",
-        "x and gamma",
-        lambda d: (*_x_and_gamma((4, 6), d, dtype=torch.float16, gamma_dtype=torch.bfloat16), 1e-6),
-        r"x and gamma have dtypes torch\.float16 and torch\.bfloat16; accepted: the same dtype",
     ),
     # devices
     Violation(
@@ -178,7 +165,7 @@ CONTRACT_VIOLATIONS: tuple[Violation, ...] = (
         "activation",
         lambda d: (*_x_and_gamma((4, 6), d), 1e-6),
         rf"activation is 'gelu'; accepted: {_ACTIVATIONS}",
-        activation="gelu",
+        lambda d: {"activation": "gelu"},
     ),
     # mode
     Violation(
@@ -186,29 +173,86 @@ CONTRACT_VIOLATIONS: tuple[Violation, ...] = (
         "mode",
         lambda d: (*_x_and_gamma((4, 6), d), 1e-6),
         rf"mode is 'qwen'; accepted: {_MODES}",
-        mode="qwen",
+        lambda d: {"mode": "qwen"},
     ),
     Violation(
         "mode_none",
         "mode",
         lambda d: (*_x_and_gamma((4, 6), d), 1e-6),
         rf"mode is None; accepted: {_MODES}",
-        mode=None,
+        lambda d: {"mode": None},
+    ),
+    # residual
+    Violation(
+        "residual_not_tensor",
+        "residual",
+        lambda d: (*_x_and_gamma((4, 6), d), 1e-6),
+        r"residual is a float; accepted: a torch\.Tensor of x's shape",
+        lambda d: {"residual": 1.0},
+    ),
+    Violation(
+        "residual_wrong_shape",
+        "residual",
+        lambda d: (*_x_and_gamma((4, 6), d), 1e-6),
+        r"residual has shape \(1, 6\); accepted: x's shape, \(4, 6\)",
+        lambda d: {"residual": torch.ones(1, 6, device=d)},
+    ),
+    Violation(
+        "residual_float64",
+        "residual",
+        lambda d: (*_x_and_gamma((4, 6), d), 1e-6),
+        rf"residual has dtype torch\.float64; accepted: {_DTYPES}",
+        lambda d: {"residual": torch.ones(4, 6, device=d, dtype=torch.float64)},
+    ),
+    Violation(
+        "residual_on_meta",
+        "residual",
+        lambda d: (*_x_and_gamma((4, 6), d), 1e-6),
+        r"residual is on meta; accepted: x's device",
+        lambda d: {"residual": torch.ones(4, 6, device="meta")},
+    ),
+    Violation(
+        "residual_in_fp32_without_a_residual",
+        "residual_in_fp32",
+        lambda d: (*_x_and_gamma((4, 6), d), 1e-6),
+        r"residual_in_fp32 is True without a residual; accepted: False, or a residual tensor",
+        lambda d: {"residual_in_fp32": True},
+    ),
+    Violation(
+        "residual_in_fp32_not_bool",
+        "residual_in_fp32",
+        lambda d: (*_x_and_gamma((4, 6), d), 1e-6),
+        r"residual_in_fp32 is 1; accepted: True or False",
+        lambda d: {"residual": torch.ones(4, 6, device=d), "residual_in_fp32": 1},
     ),
     # an x without rows, refused for its other fault
+    Violation(
+        "no_rows_residual_in_fp32_not_bool",
+        "residual_in_fp32",
+        lambda d: (*_x_and_gamma((2, 0, 6), d), 1e-6),
+        r"residual_in_fp32 is 'yes'; accepted: True or False",
+        lambda d: {"residual": torch.ones(2, 0, 6, device=d), "residual_in_fp32": "yes"},
+    ),
+    Violation(
+        "no_rows_residual_wrong_shape",
+        "residual",
+        lambda d: (*_x_and_gamma((0, 6), d), 1e-6),
+        r"residual has shape \(1, 6\); accepted: x's shape, \(0, 6\)",
+        lambda d: {"residual": torch.ones(1, 6, device=d)},
+    ),
     Violation(
         "no_rows_mode_unknown",
         "mode",
         lambda d: (*_x_and_gamma((0, 6), d), 1e-6),
         rf"mode is 'Llama'; accepted: {_MODES}",
-        mode="Llama",
+        lambda d: {"mode": "Llama"},
     ),
     Violation(
         "no_rows_activation_unknown",
         "activation",
         lambda d: (*_x_and_gamma((0, 6), d), 1e-6),
         rf"activation is 'SiLU'; accepted: {_ACTIVATIONS}",
-        activation="SiLU",
+        lambda d: {"activation": "SiLU"},
     ),
     Violation("no_rows_eps_zero", "eps", lambda d: (*_x_and_gamma((0, 6), d), 0.0), rf"eps is 0\.0; accepted: {_EPS}"),
     Violation(
@@ -218,10 +262,10 @@ CONTRACT_VIOLATIONS: tuple[Violation, ...] = (
         rf"x has dtype torch\.float64; accepted: {_DTYPES}",
     ),
     Violation(
-        "no_rows_dtypes_differ",
+        "no_rows_devices_differ",
         "x and gamma",
-        lambda d: (*_x_and_gamma((0, 6), d, gamma_dtype=torch.bfloat16), 1e-6),
-        r"x and gamma have dtypes torch\.float32 and torch\.bfloat16; accepted: the same dtype",
+        lambda d: (torch.randn(0, 6, device=d), torch.ones(6, device="meta"), 1e-6),
+        r"x and gamma are on .* and meta; accepted: both on the same device",
     ),
     Violation(
         "no_rows_gamma_wrong_length",
