@@ -1,0 +1,177 @@
+"""The fused residual add and norm, ``(y, h) = rmsnorm(x, gamma, residual=r)`` with h = x + r, against what
+a user would run instead, at activation-sized shapes in bfloat16: GPU time of the forward and of the
+forward + backward (the gradients of y and h both flowing back to x, r and gamma).
+
+Implementations (each checked against the float64 oracle of its numerics before it is timed):
+
+- ``triton``: this package's fused kernels;
+- ``compile``: ``torch.compile`` of ``h = x + r; y = F.rms_norm(h, ...)``, which Inductor fuses;
+- ``eager``: the same two ops without compiling, the unfused floor;
+- ``liger``: Liger-Kernel's ``LigerFusedAddRMSNormFunction`` (its default ``casting_mode="llama"``, so it is
+  checked against the llama-mode oracle), where ``liger_kernel`` imports.
+
+GPU time is ``triton.testing.do_bench``'s median: one call at a time, the L2 cache flushed before each.
+
+    python -m benchmarks.residual_add [--json outputs/residual_add.json] [--table JSON]
+
+Needs a CUDA GPU to measure: without one it exits 2. ``--table`` prints a results file as a Markdown table
+and needs none.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from rmsnorm_kernel import rmsnorm
+from rmsnorm_kernel.ops.backend import CUDA, backend
+from rmsnorm_kernel.ops.reference import add_oracle
+from rmsnorm_kernel.ops.tolerances import compare, tolerance_dtype
+from rmsnorm_kernel.testing import make_inputs
+
+from .common import OneLineParser, file_problem, run_interruptible, write_json
+from .impls import EPS, versions
+
+#: (rows, N) in bfloat16: x of 128 MiB at every N of the sweep's activation regime, and of 256 MiB at 4096.
+SHAPES = [(65536, 1024), (32768, 2048), (16384, 4096), (8192, 8192), (4096, 16384), (32768, 4096)]
+DTYPE = torch.bfloat16
+DIRECTIONS = ("fwd", "fwd+bwd")
+
+AddNorm = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _add_then_norm(x: torch.Tensor, r: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    h = x + r
+    return F.rms_norm(h, (h.shape[-1],), g, EPS), h
+
+
+def implementations() -> dict[str, tuple[AddNorm, str]]:
+    """{name: (fn(x, r, gamma) -> (y, h), the numerics mode its oracle uses)}."""
+    impls: dict[str, tuple[AddNorm, str]] = {
+        "triton": (lambda x, r, g: rmsnorm(x, g, EPS, residual=r), "torch"),
+        "compile": (torch.compile(_add_then_norm), "torch"),
+        "eager": (_add_then_norm, "torch"),
+    }
+    try:
+        from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+    except ImportError:
+        return impls
+    impls["liger"] = (lambda x, r, g: LigerFusedAddRMSNormFunction.apply(x, r, g, EPS, 0.0, "llama", False), "llama")
+    return impls
+
+
+def make_calls(fn: AddNorm, x, r, g, dy, dh) -> dict[str, Callable[[], object]]:
+    """The forward, and the forward + backward to x, r and gamma, of ``fn`` on fresh leaves."""
+    leaves = [t.detach().clone().requires_grad_() for t in (x, r, g)]
+
+    def fwd_bwd():
+        y, h = fn(*leaves)
+        return torch.autograd.grad((y, h), leaves, (dy, dh))
+
+    def fwd():
+        with torch.no_grad():
+            return fn(x, r, g)
+
+    return {"fwd": fwd, "fwd+bwd": fwd_bwd}
+
+
+def check(fn: AddNorm, mode: str, x, r, g, dy, dh) -> str | None:
+    """None when fn's y, h and gradients match the oracle of ``mode`` within the declared tolerances;
+    otherwise which one does not."""
+    leaves = [t.detach().clone().requires_grad_() for t in (x, r, g)]
+    y, h = fn(*leaves)
+    grads = torch.autograd.grad((y, h), leaves, (dy, dh))
+    want = add_oracle(x, r, g, dy, dh, EPS, mode=mode)
+    for name, got, w in zip(("y", "h", "dx", "dresidual", "dgamma"), (y, h, *grads), want):
+        c = compare(got.detach(), w, tolerance_dtype(w.dtype, x.dtype, mode))
+        if not c.ok:
+            return f"{name} off the oracle by {c.worst_over_tol:.3g} x the tolerance"
+    return None
+
+
+def measure(shape, device: str, timer: Callable[[Callable[[], object]], float]) -> list[dict]:
+    """One row per implementation and direction at ``shape``: GPU ms from ``timer``, and its check."""
+    x, g, dy = make_inputs(shape, DTYPE, device)
+    r, _, dh = make_inputs(shape, DTYPE, device, seed=1)
+    rows = []
+    for name, (fn, mode) in implementations().items():
+        problem = check(fn, mode, x, r, g, dy, dh)
+        calls = make_calls(fn, x, r, g, dy, dh)
+        for direction in DIRECTIONS:
+            ms = None if problem else timer(calls[direction])
+            rows.append(dict(shape=list(shape), impl=name, direction=direction, gpu_ms=ms, problem=problem))
+    return rows
+
+
+def table(data: dict) -> str:
+    """The results as a Markdown table: GPU ms per implementation, each shape and direction a row, the
+    fastest in bold."""
+    impls = list(dict.fromkeys(row["impl"] for row in data["rows"]))
+    lines = [
+        f"| rows x N ({data['dtype']}) | direction | " + " | ".join(impls) + " |",
+        "|---|---|" + "---|" * len(impls),
+    ]
+    keys = list(dict.fromkeys((tuple(row["shape"]), row["direction"]) for row in data["rows"]))
+    for shape, direction in keys:
+        cells = {r["impl"]: r for r in data["rows"] if tuple(r["shape"]) == shape and r["direction"] == direction}
+        times = [c["gpu_ms"] for c in cells.values() if c["gpu_ms"] is not None]
+        best = min(times) if times else None
+        out = []
+        for impl in impls:
+            cell = cells.get(impl)
+            if cell is None or cell["gpu_ms"] is None:
+                out.append("failed its check" if cell and cell["problem"] else "–")
+            else:
+                text = f"{cell['gpu_ms']:.3f}"
+                out.append(f"**{text}**" if cell["gpu_ms"] == best else text)
+        lines.append(f"| {shape[0]} x {shape[1]} | {direction} | " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="python -m benchmarks.residual_add", description=__doc__.strip().split("\n")[0])
+    parser.add_argument("--json", type=Path, default=Path("outputs/residual_add.json"), help="results file")
+    parser.add_argument("--table", type=Path, default=None, help="print a results file as a Markdown table; no GPU")
+    args = parser.parse_args(argv)
+    return run_interruptible("residual_add", lambda: run(args))
+
+
+def run(args) -> int:
+    if args.table is not None:
+        try:
+            data = json.loads(args.table.read_text())
+            print(table(data))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"residual_add: --table {args.table}: not a results file of this command ({e})", file=sys.stderr)
+            return 2
+        return 0
+    problem = file_problem("--json", args.json)
+    if problem is not None:
+        print(f"residual_add: {problem}", file=sys.stderr)
+        return 2
+    if backend() != CUDA:
+        print(
+            "residual_add: needs a CUDA GPU (on the CPU the kernels run in Triton's interpreter); none found.",
+            file=sys.stderr,
+        )
+        return 2
+    import triton.testing
+
+    rows = []
+    for shape in SHAPES:
+        rows += measure(shape, "cuda", lambda fn: triton.testing.do_bench(fn, return_mode="median"))
+        print(f"{shape[0]} x {shape[1]} done", flush=True)
+    data = dict(device=torch.cuda.get_device_name(), **versions(), dtype=str(DTYPE).removeprefix("torch."))
+    data.update(timing="triton.testing.do_bench median, L2 flushed before each call", rows=rows)
+    print(table(data))
+    print(f"wrote {write_json(args.json, data)}")
+    return 0 if all(row["problem"] is None for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

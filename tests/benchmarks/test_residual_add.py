@@ -1,0 +1,67 @@
+"""``python -m benchmarks.residual_add`` on the CPU, in-process: what it measures is checked against the
+oracle first, its table, and its refusals (never how fast)."""
+
+import json
+
+import pytest
+import torch
+
+from benchmarks import residual_add
+
+
+def test_every_implementation_passes_its_check_and_is_timed_in_both_directions(device):
+    timed = []
+    rows = residual_add.measure((4, 64), device, lambda fn: timed.append(fn()) or 1.5)
+    impls = [name for name in residual_add.implementations()]
+    assert [(r["impl"], r["direction"]) for r in rows] == [(i, d) for i in impls for d in residual_add.DIRECTIONS]
+    assert all(r["problem"] is None and r["gpu_ms"] == 1.5 for r in rows)
+    assert {"triton", "compile", "eager"} <= set(impls) and len(timed) == len(rows)
+
+
+def test_an_implementation_off_the_oracle_is_named_and_not_timed(device, monkeypatch):
+    real = residual_add.implementations
+
+    def with_a_wrong_one():
+        impls = real()
+        fn, mode = impls["eager"]
+        impls["eager"] = (lambda x, r, g: (fn(x, r, g)[0] * 1.05, fn(x, r, g)[1]), mode)
+        return impls
+
+    monkeypatch.setattr(residual_add, "implementations", with_a_wrong_one)
+    rows = residual_add.measure((4, 64), device, lambda fn: 1.0)
+    wrong = [r for r in rows if r["impl"] == "eager"]
+    assert all(r["gpu_ms"] is None and r["problem"].startswith("y off the oracle by ") for r in wrong)
+    assert all(r["problem"] is None for r in rows if r["impl"] != "eager")
+
+
+def test_table_marks_the_fastest_and_a_failed_check(tmp_path, capsys):
+    rows = [
+        dict(shape=[8, 16], impl="triton", direction="fwd", gpu_ms=1.0, problem=None),
+        dict(shape=[8, 16], impl="compile", direction="fwd", gpu_ms=2.0, problem=None),
+        dict(shape=[8, 16], impl="liger", direction="fwd", gpu_ms=None, problem="y off the oracle"),
+    ]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(dict(dtype="bfloat16", rows=rows)))
+    assert residual_add.main(["--table", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "| rows x N (bfloat16) | direction | triton | compile | liger |"
+    assert out[2] == "| 8 x 16 | fwd | **1.000** | 2.000 | failed its check |"
+
+
+@pytest.mark.parametrize("content", ["not json", json.dumps({"rows": [{"shape": [1]}]})])
+def test_table_of_a_file_that_is_not_its_results_is_one_line_and_exit_2(content, tmp_path, capsys):
+    path = tmp_path / "r.json"
+    path.write_text(content)
+    assert residual_add.main(["--table", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"residual_add: --table {path}: not a results file")
+
+
+def test_without_a_gpu_it_says_so_in_one_line_and_exits_2(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("what the command does without a GPU")
+    assert residual_add.main(["--json", str(tmp_path / "r.json")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "residual_add: needs a CUDA GPU (on the CPU the kernels run in Triton's interpreter); none found."
+    )
+    assert not (tmp_path / "r.json").exists()
