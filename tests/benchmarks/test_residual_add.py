@@ -11,14 +11,14 @@ from benchmarks import residual_add
 
 def test_every_implementation_passes_its_check_and_is_timed_in_both_directions(device):
     timed = []
-    rows = residual_add.measure((4, 64), device, lambda fn: timed.append(fn()) or 1.5)
+    rows = residual_add.measure((4, 64), device, lambda fn: timed.append(fn()) or {"gpu_ms": 1.5})
     impls = [name for name in residual_add.implementations()]
     assert [(r["impl"], r["direction"]) for r in rows] == [(i, d) for i in impls for d in residual_add.DIRECTIONS]
     assert all(r["problem"] is None and r["gpu_ms"] == 1.5 for r in rows)
     assert {"triton", "compile", "eager"} <= set(impls) and len(timed) == len(rows)
 
 
-def test_an_implementation_off_the_oracle_is_named_and_not_timed(device, monkeypatch):
+def test_an_implementation_off_the_oracle_is_named_and_still_timed(device, monkeypatch):
     real = residual_add.implementations
 
     def with_a_wrong_one():
@@ -28,9 +28,9 @@ def test_an_implementation_off_the_oracle_is_named_and_not_timed(device, monkeyp
         return impls
 
     monkeypatch.setattr(residual_add, "implementations", with_a_wrong_one)
-    rows = residual_add.measure((4, 64), device, lambda fn: 1.0)
+    rows = residual_add.measure((4, 64), device, lambda fn: {"gpu_ms": 1.0})
     wrong = [r for r in rows if r["impl"] == "eager"]
-    assert all(r["gpu_ms"] is None and r["problem"].startswith("y off the oracle by ") for r in wrong)
+    assert all(r["gpu_ms"] == 1.0 and r["problem"].startswith("y off the oracle by ") for r in wrong)
     assert all(r["problem"] is None for r in rows if r["impl"] != "eager")
 
 
@@ -38,14 +38,15 @@ def test_table_marks_the_fastest_and_a_failed_check(tmp_path, capsys):
     rows = [
         dict(shape=[8, 16], impl="triton", direction="fwd", gpu_ms=1.0, problem=None),
         dict(shape=[8, 16], impl="compile", direction="fwd", gpu_ms=2.0, problem=None),
-        dict(shape=[8, 16], impl="liger", direction="fwd", gpu_ms=None, problem="y off the oracle"),
+        dict(shape=[8, 16], impl="liger", direction="fwd", gpu_ms=0.5, problem="y off the oracle"),
+        dict(shape=[8, 16], impl="eager", direction="fwd", gpu_ms=None, problem="y off the oracle"),
     ]
     path = tmp_path / "r.json"
     path.write_text(json.dumps(dict(dtype="bfloat16", rows=rows)))
     assert residual_add.main(["--table", str(path)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "| rows x N (bfloat16) | direction | triton | compile | liger |"
-    assert out[2] == "| 8 x 16 | fwd | **1.000** | 2.000 | failed its check |"
+    assert out[0] == "| rows x N (bfloat16) | direction | triton | compile | liger | eager |"
+    assert out[2] == "| 8 x 16 | fwd | 1.000 | 2.000 | **0.500** † | failed its check, not timed |"
 
 
 @pytest.mark.parametrize("content", ["not json", json.dumps({"rows": [{"shape": [1]}]})])
