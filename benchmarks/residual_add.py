@@ -47,6 +47,8 @@ from .impls import EPS, versions
 SHAPES = [(65536, 1024), (32768, 2048), (16384, 4096), (8192, 8192), (4096, 16384), (32768, 4096)]
 DTYPE = torch.bfloat16
 DIRECTIONS = ("fwd", "fwd+bwd")
+#: The results file when --json is not given (``checks.clean`` knows it by this name).
+DEFAULT_JSON = "outputs/residual_add.json"
 
 AddNorm = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -144,7 +146,7 @@ def table(data: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m benchmarks.residual_add", description=__doc__.strip().split("\n")[0])
-    parser.add_argument("--json", type=Path, default=Path("outputs/residual_add.json"), help="results file")
+    parser.add_argument("--json", type=Path, default=Path(DEFAULT_JSON), help=f"results file (default {DEFAULT_JSON})")
     parser.add_argument("--table", type=Path, default=None, help="print a results file as a Markdown table; no GPU")
     args = parser.parse_args(argv)
     return run_interruptible("residual_add", lambda: run(args))

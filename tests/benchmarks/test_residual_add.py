@@ -66,3 +66,10 @@ def test_without_a_gpu_it_says_so_in_one_line_and_exits_2(tmp_path, capsys):
         "residual_add: needs a CUDA GPU (on the CPU the kernels run in Triton's interpreter); none found."
     )
     assert not (tmp_path / "r.json").exists()
+
+
+def test_its_default_results_file_is_one_clean_removes(tmp_path):
+    from rmsnorm_kernel.checks import clean
+
+    path = "outputs/residual_add.json"
+    assert residual_add.DEFAULT_JSON == path and clean.is_generated_file(tmp_path, path)

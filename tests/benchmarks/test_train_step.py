@@ -415,3 +415,9 @@ def test_a_bfloat16_step_runs_the_whole_network_and_batch_in_bfloat16(device, mo
     monkeypatch.setattr(train_step.F, "mse_loss", lambda y, t: seen.append((y.dtype, t.dtype)) or real_mse(y, t))
     step = train_step.make_step("triton", "eager", torch.bfloat16, SMALL, device)
     assert step().dtype == torch.bfloat16 and seen == [(torch.bfloat16, torch.bfloat16)]
+
+
+def test_its_default_results_file_is_one_clean_removes(tmp_path):
+    from rmsnorm_kernel.checks import clean
+
+    assert clean.is_generated_file(tmp_path, train_step.DEFAULT_JSON.as_posix())

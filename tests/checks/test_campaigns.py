@@ -77,6 +77,13 @@ def test_campaigns_expect_the_float64_oracle_rounded_to_the_dtype(campaign, devi
         if campaign == "forward":
             x, gamma, eps = args
             return rmsnorm_reference(x.double(), gamma.double(), eps).to(x.dtype)
+        if campaign == "residual":
+            x, residual, gamma, dy, dh, eps = args
+            h = x + residual  # torch's add: one rounding of the exact sum
+            y = rmsnorm_reference(h.double(), gamma.double(), eps).to(h.dtype)
+            dh_norm, dgamma = manual_backward(h.double(), gamma.double(), dy.double(), eps)
+            total = dh_norm + dh.double()
+            return y, h, total.to(x.dtype), total.to(residual.dtype), dgamma.to(gamma.dtype)
         dy, x, gamma, eps = args
         dx, dgamma = manual_backward(x.double(), gamma.double(), dy.double(), eps)
         return dx.to(x.dtype) if campaign == "dx" else dgamma.to(gamma.dtype)

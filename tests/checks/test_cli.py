@@ -18,7 +18,7 @@ from tests.helpers import interrupt_process
 
 from .helpers import BreakingNet, make_project, read_report, run_cli, write_checkpoint
 
-CAMPAIGN_COMMANDS = ["check-forward", "check-backward", "check-gamma"]
+CAMPAIGN_COMMANDS = ["check-forward", "check-backward", "check-gamma", "check-residual"]
 DTYPE_NAMES = {"float32", "float16", "bfloat16"}
 
 
@@ -41,7 +41,7 @@ def test_environment_passes_and_reports_the_facts(tmp_path, capsys):
     rep = read_report(tmp_path, "environment")
     assert rc == 0 and "PASS" in out
     assert rep["ok"] is True and rep["facts"]["torch"] == torch.__version__
-    assert [c["campaign"] for c in rep["proof"]] == ["forward", "dx", "dgamma"]
+    assert [c["campaign"] for c in rep["proof"]] == ["forward", "dx", "dgamma", "residual"]
 
 
 def test_environment_fails_when_the_kernel_is_wrong(tmp_path, capsys, monkeypatch):
@@ -289,6 +289,7 @@ WORK = {
     "check-forward": (["check-forward", "--quick"], "campaigns", "run_campaign"),
     "check-backward": (["check-backward", "--quick"], "campaigns", "run_campaign"),
     "check-gamma": (["check-gamma", "--quick"], "campaigns", "run_campaign"),
+    "check-residual": (["check-residual", "--quick"], "campaigns", "run_campaign"),
     "negative": (["negative", "--quick"], "negative", "negative_checks"),
     "exercise": (["exercise"], "exercise", "exercise"),
     "profile": (["profile"], "profile", "profile_counts"),

@@ -17,7 +17,7 @@ def test_environment_facts_name_the_versions_the_gpu_and_the_backend(device):
 
 def test_environment_proof_runs_forward_dx_and_dgamma_at_one_shape(device):
     proof = environment.environment_proof(device=device)
-    assert [c.campaign for c in proof] == ["forward", "dx", "dgamma"]
+    assert [c.campaign for c in proof] == ["forward", "dx", "dgamma", "residual"]
     assert {(c.shape, c.dtype) for c in proof} == {((17, 257), "float32")}
     assert all(c.ok for c in proof)
 

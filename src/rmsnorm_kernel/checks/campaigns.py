@@ -1,10 +1,13 @@
-"""The numeric campaigns behind ``check-forward``, ``check-backward`` and ``check-gamma``.
+"""The numeric campaigns behind ``check-forward``, ``check-backward``, ``check-gamma`` and ``check-residual``.
 
 Each campaign runs the Triton path (or a deliberately broken variant) over a list of shapes and dtypes
 and compares one output with ``ops.reference.oracle``, the float64 oracle rounded to the inputs' dtypes:
 
 - forward: ``rmsnorm(x, gamma)`` against the oracle's y;
-- dx, dgamma: autograd through ``rmsnorm`` with a given dy against the oracle's dx and dgamma.
+- dx, dgamma: autograd through ``rmsnorm`` with a given dy against the oracle's dx and dgamma;
+- residual: ``rmsnorm(x, gamma, residual=r)`` and autograd through both of its outputs (gradients dy of y
+  and dh of h) against ``ops.reference.add_oracle``: y, h, dx, dresidual and dgamma, the case failing if
+  any one misses, its errors the largest of the five.
 
 Comparisons use ``ops.tolerances.compare``. The inputs come from ``rmsnorm_kernel.testing.make_inputs`` seeded by
 the case's position in the campaign, so a report can be reproduced case by case.
@@ -21,8 +24,8 @@ import torch
 from ..ops.backend import kernel_device_type
 from ..ops.contract import MAX_N
 from ..ops.op import rmsnorm
-from ..ops.reference import DEFAULT_EPS, oracle
-from ..ops.tolerances import TOLERANCES, compare
+from ..ops.reference import DEFAULT_EPS, add_oracle, oracle
+from ..ops.tolerances import TOLERANCES, Comparison, compare
 from ..testing import dx_block_mean, forward_block_mean, make_inputs
 from .report import dtype_name, one_line
 
@@ -66,7 +69,9 @@ FULL_SHAPES: tuple[tuple[int, ...], ...] = (
 #: A short campaign for CI: still M of 1 and 17, N on both sides of a power of two.
 QUICK_SHAPES: tuple[tuple[int, ...], ...] = ((1, 257), (17, 255), (17, 256), (2, 3, 100))
 
-CAMPAIGNS = ("forward", "dx", "dgamma")
+CAMPAIGNS = ("forward", "dx", "dgamma", "residual")
+#: The residual campaign draws its residual and dh with the case's seed plus this, apart from x and dy.
+RESIDUAL_SEED_OFFSET = 10_000
 #: Which of the oracle's (y, dx, dgamma) each campaign checks.
 _ORACLE_OUTPUT = {"forward": 0, "dx": 1, "dgamma": 2}
 
@@ -103,6 +108,23 @@ def triton_dgamma(dy, x, gamma, eps):
     return _triton_grads(dy, x, gamma, eps)[1]
 
 
+def triton_residual(x, residual, gamma, dy, dh, eps):
+    """(y, h, dx, dresidual, dgamma) of the fused residual add through autograd."""
+    leaves = [t.detach().clone().requires_grad_() for t in (x, residual, gamma)]
+    y, h = rmsnorm(leaves[0], leaves[2], eps, residual=leaves[1])
+    torch.autograd.backward([y, h], [dy, dh])
+    return y.detach(), h.detach(), leaves[0].grad, leaves[1].grad, leaves[2].grad
+
+
+def _worst(comparisons: list[Comparison]) -> tuple[float, float, bool]:
+    """(largest max_abs, largest max_rel, all ok) of several comparisons."""
+    return (
+        max(c.max_abs for c in comparisons),
+        max(c.max_rel for c in comparisons),
+        all(c.ok for c in comparisons),
+    )
+
+
 #: What each campaign can run: the Triton path, and for forward and dx the deliberately broken variant
 #: of ``rmsnorm_kernel.testing.mutants`` (denominator BLOCK_N instead of N), which the campaign must
 #: catch. A forward takes ``(x, gamma, eps)``, a backward ``(dy, x, gamma, eps)``.
@@ -110,6 +132,7 @@ KERNELS: dict[str, dict[str, Callable]] = {
     "forward": {"triton": rmsnorm, "block-mean": forward_block_mean},
     "dx": {"triton": triton_dx, "block-mean": dx_block_mean},
     "dgamma": {"triton": triton_dgamma},
+    "residual": {"triton": triton_residual},
 }
 
 
@@ -134,11 +157,18 @@ def run_campaign(
         tol = TOLERANCES[dtype]
         x, gamma, dy = make_inputs(shape, dtype, device, seed=seed)
         try:
-            want = oracle(x, gamma, dy, eps)[_ORACLE_OUTPUT[campaign]]
-            got = fn(x, gamma, eps) if campaign == "forward" else fn(dy, x, gamma, eps)
-            c = compare(got, want)
+            if campaign == "residual":
+                residual, _, dh = make_inputs(shape, dtype, device, seed=seed + RESIDUAL_SEED_OFFSET)
+                want_all = add_oracle(x, residual, gamma, dy, dh, eps)
+                got_all = fn(x, residual, gamma, dy, dh, eps)
+                max_abs, max_rel, ok = _worst([compare(g, w) for g, w in zip(got_all, want_all)])
+            else:
+                want = oracle(x, gamma, dy, eps)[_ORACLE_OUTPUT[campaign]]
+                got = fn(x, gamma, eps) if campaign == "forward" else fn(dy, x, gamma, eps)
+                c = compare(got, want)
+                max_abs, max_rel, ok = c.max_abs, c.max_rel, c.ok
             case = CampaignCase(
-                campaign, kernel, dtype_name(dtype), shape, seed, c.max_abs, c.max_rel, tol.atol, tol.rtol, c.ok
+                campaign, kernel, dtype_name(dtype), shape, seed, max_abs, max_rel, tol.atol, tol.rtol, ok
             )
         except Exception as exc:  # a crash is a failed case, reported with the others
             case = CampaignCase(

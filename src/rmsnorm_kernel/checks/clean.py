@@ -85,6 +85,7 @@ REPORT_COMMANDS = (
     "check-forward",
     "check-backward",
     "check-gamma",
+    "check-residual",
     "negative",
     "exercise",
     "profile",
@@ -96,7 +97,12 @@ REPORT_COMMANDS = (
 #: The PNG files of the ``figures`` command (``figures.FIGURES``).
 FIGURE_FILES = ("training_mse.png", "check_errors.png")
 #: The benchmark's files, by the names ``benchmarks.benchmark`` gives them (a test checks they agree).
-BENCHMARK_FILES = (r"outputs/benchmark\.json", r"outputs/figures/benchmark\.png")
+BENCHMARK_FILES = (
+    r"outputs/benchmark\.json",
+    r"outputs/figures/benchmark\.png",
+    r"outputs/train_step\.json",
+    r"outputs/residual_add\.json",
+)
 #: The benchmark sweep's files, by the names ``benchmarks.sweep`` gives them (a test checks they agree).
 SWEEP_FILES = (
     r"outputs/benchmark-sweep\.run(?:\.after\d+)?\.(?:json|tmp)(?:\.prev\d+)?",

@@ -24,8 +24,18 @@ from . import campaigns, checkpoint_audit, compile_report, environment, exercise
 from .report import cell, digits, dtype_name, format_table, outputs_problem, verdict, write_report
 
 #: The check commands whose reports the figures read, with the campaign each runs.
-CAMPAIGN_COMMANDS = {"check-forward": "forward", "check-backward": "dx", "check-gamma": "dgamma"}
-CAMPAIGN_LABELS = {"forward": "forward (y)", "dx": "backward (dx)", "dgamma": "backward (dgamma)"}
+CAMPAIGN_COMMANDS = {
+    "check-forward": "forward",
+    "check-backward": "dx",
+    "check-gamma": "dgamma",
+    "check-residual": "residual",
+}
+CAMPAIGN_LABELS = {
+    "forward": "forward (y)",
+    "dx": "backward (dx)",
+    "dgamma": "backward (dgamma)",
+    "residual": "fused residual add (y, h, dx, dresidual, dgamma)",
+}
 
 OK, FAILED, USAGE = 0, 1, 2
 #: The exit status of a command stopped by a signal: 128 + the signal's number, as a shell reports it.
