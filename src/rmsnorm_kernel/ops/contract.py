@@ -85,6 +85,27 @@ def check_forward(
         _fail("x", f"has rows of N = {n} elements", f"N <= {MAX_N}")
 
 
+def check_dtensor(x, gamma) -> None:
+    """Validate DTensor arguments (one of x and gamma is a DTensor, both passed ``check_forward``): the
+    kernels normalize each process's own rows, so x must be a DTensor whose placements shard leading
+    dimensions (rows: sequence or data parallel) or replicate, and gamma replicated (or a plain tensor)."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    if not isinstance(x, DTensor):
+        _fail("x", "is a plain tensor while gamma is a DTensor", "x a DTensor too, or neither a DTensor")
+    for p in x.placements:
+        if isinstance(p, Shard) and p.dim % x.dim() == x.dim() - 1:
+            _fail(
+                "x",
+                f"is sharded along its last dimension, the one normalized ({x.placements})",
+                "a DTensor sharded along leading dimensions (rows), or replicated",
+            )
+        if not isinstance(p, (Shard, Replicate)):
+            _fail("x", f"has placements {x.placements}", "Shard of a leading dimension, or Replicate")
+    if isinstance(gamma, DTensor) and any(not isinstance(p, Replicate) for p in gamma.placements):
+        _fail("gamma", f"has placements {gamma.placements}", "Replicate on every mesh dimension")
+
+
 def check_residual(x: torch.Tensor, residual: torch.Tensor | None, residual_in_fp32: bool) -> None:
     """Validate the residual of ``rmsnorm(x, gamma, residual=residual, residual_in_fp32=...)``, after
     ``check_forward`` accepted x: None, or a tensor of x's shape, in a supported dtype, on x's device (any

@@ -29,7 +29,7 @@ from torch.library import triton_op, wrap_triton
 
 from . import counters, kernels
 from .backend import CUDA, backend
-from .contract import check_forward, check_residual
+from .contract import check_dtensor, check_forward, check_residual
 from .launch import Plan, plan_for
 from .reference import DEFAULT_EPS, output_dtype, residual_dtype
 
@@ -366,6 +366,37 @@ def _add_rmsnorm(x, residual, gamma, eps, activation, mode, residual_in_fp32) ->
 _PLAIN = (Tensor, torch.nn.Parameter)
 
 
+def _is_dtensor(t) -> bool:
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(t, DTensor)
+
+
+def _rmsnorm_dtensor(x, gamma, eps, activation, mode) -> Tensor:
+    """The norm of a DTensor x whose rows are sharded (sequence or data parallel) or replicated, with a
+    replicated gamma (``contract.check_dtensor``): each process normalizes its own rows with the kernels
+    (``local_map``), y has x's placements, and dgamma, a sum over rows, is a partial sum along every mesh
+    dimension that shards the rows, which DTensor reduces when it is used."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.experimental import local_map
+
+    check_dtensor(x, gamma)
+    mesh = x.device_mesh
+    if not isinstance(gamma, DTensor):
+        gamma = distribute_tensor(gamma, mesh, [Replicate()] * mesh.ndim)
+    grad_gamma = [Partial() if isinstance(p, Shard) else Replicate() for p in x.placements]
+    local = local_map(
+        lambda a, g: rmsnorm(a, g, eps, activation, mode),
+        out_placements=list(x.placements),  # one output: a list of placements (a tuple means several)
+        in_placements=(list(x.placements), list(gamma.placements)),
+        in_grad_placements=(list(x.placements), grad_gamma),
+        device_mesh=mesh,
+    )
+    return local(x, gamma)
+
+
 def rmsnorm(
     x: Tensor,
     gamma: Tensor,
@@ -408,6 +439,10 @@ def rmsnorm(
     with one gamma is one launch over the rows of every sample; over a batched gamma, one launch per
     sample (the kernels take one gamma), and so is a backward under ``vmap`` (dgamma is a sum over one
     sample's rows). Forward mode (``jvp``, ``jacfwd``, ``hessian``) is not implemented.
+
+    A DTensor x sharded along leading dimensions (rows: data or sequence parallel) or replicated, with a
+    replicated gamma, is normalized shard by shard; y keeps x's placements and dgamma comes back as a
+    partial sum that DTensor reduces. x sharded along its last dimension is refused.
     """
     check_forward(x, gamma, eps, activation, mode)
     if residual is not None or residual_in_fp32 is not False:
@@ -419,7 +454,9 @@ def rmsnorm(
     if not gamma.is_contiguous():
         gamma = gamma.contiguous()
     if torch.compiler.is_compiling() or type(x) is not Tensor or type(gamma) not in _PLAIN:
-        # Tracing, fake tensors and tensor subclasses go through the registered op.
+        if not torch.compiler.is_compiling() and (_is_dtensor(x) or _is_dtensor(gamma)):
+            return _rmsnorm_dtensor(x, gamma, eps, activation, mode)
+        # Tracing, fake tensors and other tensor subclasses go through the registered op.
         return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps, counters.calls(x.device), activation, mode)
     if not (_readable(x) and _readable(gamma)):
         # A torch.func transform's wrappers (vmap's, grad's), with or without requires_grad (vmap alone):
