@@ -164,3 +164,22 @@ def test_eager_forward_and_backward_share_one_launch_plan(device, monkeypatch):
     xr, gr = x.clone().requires_grad_(), gamma.clone().requires_grad_()
     rmsnorm_reference(xr, gr).backward(dy)
     assert_close((xl.grad, gl.grad), (xr.grad, gr.grad))
+
+
+def test_vmap_of_the_residual_add_is_the_per_sample_result(device):
+    x, gamma, _ = make_inputs((3, 4, 33), torch.float32, device)
+    residual = make_inputs((3, 4, 33), torch.float32, device, seed=1)[0]
+    y, h = torch.func.vmap(lambda a, b: rmsnorm(a, gamma, residual=b))(x, residual)
+    for i in range(3):
+        y_i, h_i = rmsnorm(x[i], gamma, residual=residual[i])
+        assert torch.equal(y[i], y_i) and torch.equal(h[i], h_i)
+    gammas = torch.stack([gamma, gamma * 2, gamma + 1])
+    y, _ = torch.func.vmap(lambda a, b, g: rmsnorm(a, g, residual=b))(x, residual, gammas)
+    assert torch.equal(y[1], rmsnorm(x[1], gamma * 2, residual=residual[1])[0])
+
+
+def test_grad_of_the_residual_add_is_refused_in_one_line(device):
+    x, gamma, _ = make_inputs((4, 33), torch.float32, device)
+    residual = make_inputs((4, 33), torch.float32, device, seed=1)[0]
+    with pytest.raises(NotImplementedError, match="torch.func transforms of the norm with a residual"):
+        torch.func.grad(lambda a: rmsnorm(a, gamma, residual=residual)[0].sum())(x)
