@@ -41,7 +41,8 @@ def _worker(rank: int, port: int, out: str) -> None:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-        from rmsnorm_kernel import ContractError, oracle, rmsnorm
+        from rmsnorm_kernel import ContractError, RMSNorm, oracle, rmsnorm
+        from rmsnorm_kernel.ops.reference import add_oracle
         from rmsnorm_kernel.ops.tolerances import compare
         from rmsnorm_kernel.testing import make_inputs
 
@@ -58,6 +59,31 @@ def _worker(rank: int, port: int, out: str) -> None:
             got = (y.full_tensor(), x_dt.grad.full_tensor(), g_dt.grad.full_tensor())
             ok = [compare(g.detach(), w).ok for g, w in zip(got, want)]
             lines.append(f"{name} {y.placements == x_dt.placements} {ok}")
+        # a plain weight, as an RMSNorm module holds it (2-D normalized_shape: a reshaped, non-leaf weight)
+        x, gamma, dy = make_inputs((6, 32), torch.float32, "cpu")
+        module = RMSNorm((2, 16), eps=1e-6)
+        with torch.no_grad():
+            module.weight.copy_(gamma.reshape(2, 16))
+        x_dt = distribute_tensor(x.reshape(6, 2, 16), mesh, [Shard(0)]).requires_grad_()
+        module(x_dt).backward(distribute_tensor(dy.reshape(6, 2, 16), mesh, [Shard(0)]))
+        want = oracle(x, gamma, dy)
+        got = (x_dt.grad.full_tensor().reshape(6, 32), module.weight.grad.reshape(32))  # a plain gradient
+        lines.append(f"module {[compare(g, w).ok for g, w in zip(got, want[1:])]}")
+        # the fused residual add, rows sharded
+        x, gamma, dy = make_inputs((6, 33), torch.float32, "cpu")
+        residual, _, dh = make_inputs((6, 33), torch.float32, "cpu", seed=1)
+        leaves = [distribute_tensor(t, mesh, [Shard(0)]).requires_grad_() for t in (x, residual)]
+        g_dt = distribute_tensor(gamma, mesh, [Replicate()]).requires_grad_()
+        y, h = rmsnorm(leaves[0], g_dt, residual=leaves[1])
+        torch.autograd.backward([y, h], [distribute_tensor(t, mesh, [Shard(0)]) for t in (dy, dh)])
+        want = add_oracle(x, residual, gamma, dy, dh)
+        got = (y, h, leaves[0].grad, leaves[1].grad, g_dt.grad)
+        lines.append(f"residual {[compare(g.full_tensor().detach(), w).ok for g, w in zip(got, want)]}")
+        # under torch.compile, the same route
+        compiled = torch.compile(lambda a, r: rmsnorm(a, gamma, residual=r), fullgraph=False)
+        y, h = compiled(*(distribute_tensor(t, mesh, [Shard(0)]) for t in (x, residual)))
+        want = add_oracle(x, residual, gamma, dy, dh)
+        lines.append(f"compiled {[compare(t.full_tensor(), w).ok for t, w in zip((y, h), want)]}")
         x_dt = distribute_tensor(torch.ones(4, 8), mesh, [Shard(1)])
         try:
             rmsnorm(x_dt, torch.ones(8))
@@ -79,6 +105,9 @@ def test_sharded_or_replicated_rows_give_the_oracles_result_and_a_shard_of_the_n
     lines = out.read_text().splitlines()
     for (name, _, _), line in zip(LAYOUTS, lines):
         assert line == f"{name} True [True, True, True]"
+    assert lines[len(LAYOUTS)] == "module [True, True]"  # a plain weight gets its reduced gradient
+    assert lines[len(LAYOUTS) + 1] == "residual [True, True, True, True, True]"
+    assert lines[len(LAYOUTS) + 2] == "compiled [True, True]"
     assert lines[-1].startswith(
         "last-dim refused: rmsnorm (triton): x is sharded along its last dimension, the one normalized"
     )

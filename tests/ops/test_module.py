@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from rmsnorm_kernel import ContractError, RMSNorm, call_counts, oracle
+from rmsnorm_kernel import RMSNorm, call_counts, oracle
 from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.ops.module import default_eps
 from rmsnorm_kernel.ops.tolerances import compare
@@ -288,9 +288,34 @@ def test_forward_with_a_residual_returns_the_norm_of_the_sum_and_the_sum_on_ever
     if not residual_in_fp32:
         want_h = want_h.to(torch.bfloat16)
     assert h.shape == x.shape and torch.equal(h, want_h)
-    assert torch.equal(y, m(h))  # the norm of h as returned
+    assert torch.equal(y, m(h).to(y.dtype))  # the norm of h as returned, in the dtype y has without a residual
 
 
-def test_residual_in_fp32_without_a_residual_is_refused():
-    with pytest.raises(ContractError, match="residual_in_fp32 is True without a residual"):
-        RMSNorm(8, impl="reference")(torch.ones(2, 8), residual_in_fp32=True)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_residual_arguments_are_checked_alike_on_every_path_before_flattening(impl):
+    m = RMSNorm((4, 16), impl=impl)
+    x = torch.randn(2, 4, 16)
+    with pytest.raises(ValueError, match=r"residual_in_fp32 is True without a residual; accepted: False"):
+        m(x, residual_in_fp32=True)
+    for residual in (torch.randn(2, 64), torch.randn(8, 16), [1.0]):  # same numel as x, or not a tensor
+        with pytest.raises(ValueError, match=r"accepted: a tensor of x's shape \(2, 4, 16\)"):
+            m(x, residual)
+
+
+@pytest.mark.parametrize("fallback", [None, "reference"])
+@pytest.mark.parametrize("impl", ["reference", "native", "triton"])
+def test_paths_that_take_float64_take_it_with_a_residual_too(impl, fallback):
+    if impl == "triton" and fallback is None:
+        pytest.skip("the Triton path's contract refuses float64 (ContractError)")
+    m = RMSNorm(8, impl=impl, fallback=fallback, dtype=torch.float64)
+    x, residual = torch.randn(3, 8, dtype=torch.float64), torch.randn(3, 8, dtype=torch.float64)
+    y, h = m(x, residual)
+    assert y.dtype == h.dtype == torch.float64 and torch.equal(h, x + residual)
+    assert (m.fallback_count == 1) == (fallback == "reference" and impl == "triton")
+
+
+def test_residual_in_fp32_keeps_y_in_x_dtype_on_every_path(device):
+    x, residual = (torch.randn(3, 8, device=device, dtype=torch.bfloat16) for _ in range(2))
+    for impl in IMPLS:
+        y, h = RMSNorm(8, impl=impl, device=device, dtype=torch.bfloat16)(x, residual, residual_in_fp32=True)
+        assert (y.dtype, h.dtype) == (torch.bfloat16, torch.float32), impl

@@ -85,10 +85,11 @@ def check_forward(
         _fail("x", f"has rows of N = {n} elements", f"N <= {MAX_N}")
 
 
-def check_dtensor(x, gamma) -> None:
-    """Validate DTensor arguments (one of x and gamma is a DTensor, both passed ``check_forward``): the
-    kernels normalize each process's own rows, so x must be a DTensor whose placements shard leading
-    dimensions (rows: sequence or data parallel) or replicate, and gamma replicated (or a plain tensor)."""
+def check_dtensor(x, gamma, residual=None) -> None:
+    """Validate DTensor arguments (one of them is a DTensor, all passed ``check_forward`` and
+    ``check_residual``): the kernels normalize each process's own rows, so x must be a DTensor whose
+    placements shard leading dimensions (rows: sequence or data parallel) or replicate, a residual a
+    DTensor placed as x, and gamma replicated (or a plain tensor)."""
     from torch.distributed.tensor import DTensor, Replicate, Shard
 
     if not isinstance(x, DTensor):
@@ -104,6 +105,9 @@ def check_dtensor(x, gamma) -> None:
             _fail("x", f"has placements {x.placements}", "Shard of a leading dimension, or Replicate")
     if isinstance(gamma, DTensor) and any(not isinstance(p, Replicate) for p in gamma.placements):
         _fail("gamma", f"has placements {gamma.placements}", "Replicate on every mesh dimension")
+    if residual is not None and (not isinstance(residual, DTensor) or residual.placements != x.placements):
+        got = f"has placements {residual.placements}" if isinstance(residual, DTensor) else "is a plain tensor"
+        _fail("residual", got, f"a DTensor placed as x, {x.placements}")
 
 
 def check_residual(x: torch.Tensor, residual: torch.Tensor | None, residual_in_fp32: bool) -> None:

@@ -517,11 +517,12 @@ def rmsnorm_forward(
     """y = rmsnorm(x) * gamma, contiguous, for x of shape (..., N) with rows at one stride; silu(y) with
     ``activation="silu"``; in ``mode``'s numerics and ``reference.output_dtype``. With a ``residual`` of
     x's shape: ``(y, h)``, where h = x + residual in ``reference.residual_dtype`` and y is the norm of h
-    as stored. ``calls``: ``counters.calls(x.device)``, whose forward count the kernel increments (not for
+    as stored, in x's ``output_dtype`` still (a float32 h of ``residual_in_fp32`` leaves y in x's
+    dtype). ``calls``: ``counters.calls(x.device)``, whose forward count the kernel increments (not for
     an x with no rows: nothing is launched). ``launch(kernel)`` gives what is launched: the kernel itself,
     or ``wrap_triton(kernel)`` while torch.compile traces."""
     h_dtype = x.dtype if residual is None else residual_dtype(x.dtype, residual.dtype, residual_in_fp32)
-    y = torch.empty(x.shape, dtype=output_dtype(h_dtype, gamma.dtype, mode), device=x.device)
+    y = torch.empty(x.shape, dtype=output_dtype(x.dtype, gamma.dtype, mode), device=x.device)
     h = None if residual is None else torch.empty(x.shape, dtype=h_dtype, device=x.device)
     if x.numel() == 0:
         return y if h is None else (y, h)

@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .contract import ContractError, check_forward, check_residual
+from .contract import ContractError, check_forward
 from .impls import FALLBACKS, IMPLS
 from .op import rmsnorm
-from .reference import ACTIVATIONS, MODES, residual_dtype, rmsnorm_reference
+from .reference import ACTIVATIONS, MODES, output_dtype, residual_dtype, rmsnorm_reference
 
 log = logging.getLogger("rmsnorm_kernel")
 
@@ -125,15 +125,15 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, residual_in_fp32: bool = False):
         """y, or ``(y, h)`` with a ``residual``: h = x + residual (in torch's promoted dtype, float32 with
-        ``residual_in_fp32``) and y the norm of h, the add and norm of a pre-norm block; the Triton path
-        does both in the same kernels."""
-        if residual is not None or residual_in_fp32:
+        ``residual_in_fp32``) and y the norm of h in the dtype y has without a residual, the add and norm of
+        a pre-norm block; the Triton path does both in the same kernels."""
+        if residual is not None or residual_in_fp32 is not False:
+            _check_residual_arguments(x, residual, residual_in_fp32)
             if self.impl == "triton" and self.fallback is None:
                 return self._triton_with_residual(x, residual, residual_in_fp32)
-            check_residual(x, residual, residual_in_fp32)
             h_dtype = residual_dtype(x.dtype, residual.dtype, residual_in_fp32)
             h = x.to(h_dtype) + residual.to(h_dtype)
-            return self(h), h
+            return self(h).to(self._output_dtype(x.dtype)), h
         self._check_trailing_shape(x)
         if self.impl == "native":
             y = self._native(x)
@@ -152,6 +152,12 @@ class RMSNorm(nn.Module):
             y = self._triton(x2, w, eps, mode)
         return y if flat else y.reshape(x.shape)
 
+    def _output_dtype(self, x_dtype: torch.dtype) -> torch.dtype:
+        """The dtype of y for an x of ``x_dtype``, on every path."""
+        if self.weight is None:
+            return x_dtype
+        return output_dtype(x_dtype, self.weight.dtype, self.mode)
+
     def _triton_with_residual(self, x: torch.Tensor, residual, residual_in_fp32) -> tuple[torch.Tensor, torch.Tensor]:
         """(y, h) from the kernels' fused add and norm."""
         self._check_trailing_shape(x)
@@ -162,8 +168,7 @@ class RMSNorm(nn.Module):
             w, mode = self._ones_like(x, n), "torch"
         else:
             w, mode = self.weight.reshape(n), self.mode
-        if isinstance(residual, torch.Tensor) and residual.shape == x.shape:
-            residual = residual.reshape(*lead, n)
+        residual = residual.reshape(*lead, n)
         y, h = rmsnorm(
             x.reshape(*lead, n), w, eps, self.activation, mode, residual=residual, residual_in_fp32=residual_in_fp32
         )
@@ -256,6 +261,24 @@ def _checked_shape(normalized_shape) -> tuple[int, ...]:
             "sequence of positive ints (the trailing dimensions of x)"
         )
     return tuple(int(d) for d in shape)
+
+
+def _check_residual_arguments(x: torch.Tensor, residual, residual_in_fp32) -> None:
+    """What every path requires of ``forward``'s residual arguments (the Triton path's contract adds its
+    dtypes): a tensor of x's shape on x's device, and ``residual_in_fp32`` a bool, True only with it."""
+    if residual is None:
+        raise ValueError(
+            f"RMSNorm: residual_in_fp32 is {residual_in_fp32!r} without a residual; accepted: False, or a residual"
+        )
+    if not isinstance(residual, torch.Tensor) or residual.shape != x.shape or residual.device != x.device:
+        got = (
+            f"a tensor of shape {tuple(residual.shape)} on {residual.device}"
+            if isinstance(residual, torch.Tensor)
+            else f"a {type(residual).__name__}"
+        )
+        raise ValueError(f"RMSNorm: residual is {got}; accepted: a tensor of x's shape {tuple(x.shape)} on {x.device}")
+    if type(residual_in_fp32) is not bool:
+        raise ValueError(f"RMSNorm: residual_in_fp32 is {residual_in_fp32!r}; accepted: True or False")
 
 
 def _refusal(x: torch.Tensor, w: torch.Tensor, eps: float) -> str | None:

@@ -129,7 +129,7 @@ def _add_rmsnorm_fake(
     check_forward(x, gamma, eps, activation, mode)
     check_residual(x, residual, residual_in_fp32)
     h_dtype = residual_dtype(x.dtype, residual.dtype, residual_in_fp32)
-    y = torch.empty(x.shape, dtype=output_dtype(h_dtype, gamma.dtype, mode), device=x.device)
+    y = torch.empty(x.shape, dtype=output_dtype(x.dtype, gamma.dtype, mode), device=x.device)
     return y, torch.empty(x.shape, dtype=h_dtype, device=x.device)
 
 
@@ -164,13 +164,20 @@ def _add_setup_context(ctx, inputs, output) -> None:
 
 def _add_backward(ctx, dy: Tensor | None, dh: Tensor | None):
     h, gamma, calls = ctx.saved_tensors
-    if dy is None:  # only h went on
-        dy = torch.zeros_like(h)
+    if dy is None:  # only h went on: an add's gradient, and none for gamma, as unfused code gives
+        return _only_h(ctx, dh) + (None,) * 6
     dh_total, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(
         dy, h, gamma, ctx.eps, calls, ctx.activation, ctx.mode, dh
     )
     # an add passes h's gradient to both of its inputs
     return dh_total.to(ctx.x_dtype), dh_total.to(ctx.residual_dtype), dgamma, None, None, None, None, None
+
+
+def _only_h(ctx, dh: Tensor | None) -> tuple:
+    """(dx, dresidual) when only h received a gradient: h's, through the add."""
+    if dh is None:
+        return None, None
+    return dh.to(ctx.x_dtype), dh.to(ctx.residual_dtype)
 
 
 _add_rmsnorm_op.register_autograd(_add_backward, setup_context=_add_setup_context)
@@ -321,10 +328,13 @@ class _AddRMSNormFunction(torch.autograd.Function):
         ctx.save_for_backward(output[1], gamma)  # h, the norm's input
         ctx.eps, ctx.activation, ctx.mode = eps, activation, mode
         ctx.x_dtype, ctx.residual_dtype = x.dtype, residual.dtype
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None: see backward
 
     @staticmethod
-    def backward(ctx, dy: Tensor, dh: Tensor):
+    def backward(ctx, dy: Tensor | None, dh: Tensor | None):
         h, gamma = ctx.saved_tensors
+        if dy is None:  # only h went on: an add's gradient, and none for gamma, as unfused code gives
+            return _only_h(ctx, dh) + (None,) * 5
         if not (_readable(dy) and _readable(h)):
             raise NotImplementedError(
                 "rmsnorm (triton): torch.func transforms of the norm with a residual are not implemented; "
@@ -357,6 +367,8 @@ class _AddRMSNormFunction(torch.autograd.Function):
 def _add_rmsnorm(x, residual, gamma, eps, activation, mode, residual_in_fp32) -> tuple[Tensor, Tensor]:
     """``rmsnorm`` with a residual, after its checks of x, gamma, eps, activation and mode."""
     check_residual(x, residual, residual_in_fp32)
+    if any(_is_dtensor(t) for t in (x, residual, gamma)):
+        return _rmsnorm_dtensor(x, gamma, eps, activation, mode, residual, residual_in_fp32)
     if x.numel() and not kernels.rows_at_one_stride(x):
         x = x.contiguous()
     if residual.numel() and not kernels.rows_at_one_stride(residual):
@@ -386,27 +398,37 @@ def _is_dtensor(t) -> bool:
     return isinstance(t, DTensor)
 
 
-def _rmsnorm_dtensor(x, gamma, eps, activation, mode) -> Tensor:
+def _rmsnorm_dtensor(x, gamma, eps, activation, mode, residual=None, residual_in_fp32=False):
     """The norm of a DTensor x whose rows are sharded (sequence or data parallel) or replicated, with a
-    replicated gamma (``contract.check_dtensor``): each process normalizes its own rows with the kernels
-    (``local_map``), y has x's placements, and dgamma, a sum over rows, is a partial sum along every mesh
-    dimension that shards the rows, which DTensor reduces when it is used."""
-    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+    replicated gamma and a residual placed as x (``contract.check_dtensor``): each process runs the
+    kernels on its own rows (``local_map``), y (and h) keep x's placements, and dgamma, a sum over rows, is
+    a partial sum along every mesh dimension that shards the rows, which DTensor reduces when it is used."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
     from torch.distributed.tensor.experimental import local_map
 
-    check_dtensor(x, gamma)
+    check_dtensor(x, gamma, residual)
     mesh = x.device_mesh
-    if not isinstance(gamma, DTensor):
-        gamma = distribute_tensor(gamma, mesh, [Replicate()] * mesh.ndim)
+    if not isinstance(gamma, DTensor):  # from_local, unlike distribute_tensor, keeps gamma's gradient
+        gamma = DTensor.from_local(gamma, mesh, [Replicate()] * mesh.ndim, run_check=False)
+    rows, weight = list(x.placements), list(gamma.placements)
     grad_gamma = [Partial() if isinstance(p, Shard) else Replicate() for p in x.placements]
+    if residual is None:
+        local = local_map(
+            lambda a, g: rmsnorm(a, g, eps, activation, mode),
+            out_placements=rows,  # one output: a list of placements (a tuple means several)
+            in_placements=(rows, weight),
+            in_grad_placements=(rows, grad_gamma),
+            device_mesh=mesh,
+        )
+        return local(x, gamma)
     local = local_map(
-        lambda a, g: rmsnorm(a, g, eps, activation, mode),
-        out_placements=list(x.placements),  # one output: a list of placements (a tuple means several)
-        in_placements=(list(x.placements), list(gamma.placements)),
-        in_grad_placements=(list(x.placements), grad_gamma),
+        lambda a, r, g: rmsnorm(a, g, eps, activation, mode, residual=r, residual_in_fp32=residual_in_fp32),
+        out_placements=(rows, rows),
+        in_placements=(rows, rows, weight),
+        in_grad_placements=(rows, rows, grad_gamma),
         device_mesh=mesh,
     )
-    return local(x, gamma)
+    return local(x, residual, gamma)
 
 
 def rmsnorm(
@@ -421,7 +443,8 @@ def rmsnorm(
     """RMSNorm over the last dimension through the Triton kernels; differentiable in x and gamma.
 
     With a ``residual`` of x's shape it returns ``(y, h)``: h = x + residual (in the dtype torch promotes
-    the two to, or float32 with ``residual_in_fp32=True``) and y the norm of h as stored, from the same
+    the two to, or float32 with ``residual_in_fp32=True``) and y the norm of h as stored, in the dtype
+    it would have without a residual (x's, or promoted in ``"llama"`` mode), from the same
     kernels, which read x and the residual once and write h and y; gradients flow to x and the residual
     through both outputs. This is the add and norm of a pre-norm transformer block. Under torch.func,
     ``vmap`` works on this form; ``grad``, ``vjp`` and ``jacrev`` of it are refused with one line.
@@ -466,7 +489,7 @@ def rmsnorm(
     if not gamma.is_contiguous():
         gamma = gamma.contiguous()
     if torch.compiler.is_compiling() or type(x) is not Tensor or type(gamma) not in _PLAIN:
-        if not torch.compiler.is_compiling() and (_is_dtensor(x) or _is_dtensor(gamma)):
+        if _is_dtensor(x) or _is_dtensor(gamma):
             return _rmsnorm_dtensor(x, gamma, eps, activation, mode)
         # Tracing, fake tensors and other tensor subclasses go through the registered op.
         return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps, counters.calls(x.device), activation, mode)

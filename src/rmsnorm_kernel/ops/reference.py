@@ -29,7 +29,8 @@ gradient through the SiLU, then the formulas above with dy replaced by
 where y is the unrounded ``n * gamma``.
 
 With a residual (the add before the norm of a pre-norm transformer block), ``h = x + residual`` is
-computed first, in ``residual_dtype``, and returned; y is the norm of h as stored. The gradient of h is
+computed first, in ``residual_dtype``, and returned; y is the norm of h as stored, in the dtype it has
+without a residual (``output_dtype`` of x, so a float32 h leaves a bfloat16 y bfloat16). The gradient of h is
 the norm's (above, with x = h) plus that of h itself, and an add passes it to x and residual alike.
 
 ``oracle`` is what every comparison of this project checks against: these formulas in float64.
@@ -164,10 +165,12 @@ def add_rmsnorm_reference(
     mode: str = "torch",
     residual_in_fp32: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(y, h): h = x + residual in ``residual_dtype``, y = ``rmsnorm_reference(h, ...)``."""
+    """(y, h): h = x + residual in ``residual_dtype``, y = ``rmsnorm_reference(h, ...)`` in x's
+    ``output_dtype``."""
     hd = residual_dtype(x.dtype, residual.dtype, residual_in_fp32)
     h = x.to(hd) + residual.to(hd)
-    return rmsnorm_reference(h, gamma, eps, activation, mode), h
+    y = rmsnorm_reference(h, gamma, eps, activation, mode)
+    return y.to(output_dtype(x.dtype, gamma.dtype, mode)), h
 
 
 @torch.no_grad()
@@ -191,7 +194,7 @@ def add_oracle(
     dh_norm, dgamma = _backward(hd, gd, dyd, eps, activation, mode, h.dtype)
     dh_total = dh_norm + dh.double()
     return (
-        y.to(output_dtype(h.dtype, gamma.dtype, mode)),
+        y.to(output_dtype(x.dtype, gamma.dtype, mode)),
         h,
         dh_total.to(x.dtype),
         dh_total.to(residual.dtype),
