@@ -24,7 +24,7 @@ def test_an_implementation_off_the_oracle_is_named_and_still_timed(device, monke
     def with_a_wrong_one():
         impls = real()
         fn, mode = impls["eager"]
-        impls["eager"] = (lambda x, r, g: (fn(x, r, g)[0] * 1.05, fn(x, r, g)[1]), mode)
+        impls["eager"] = (lambda x, r, g: (fn(x, r, g)[0] * 1.05, fn(x, r, g)[1]), mode)  # y off: both directions
         return impls
 
     monkeypatch.setattr(residual_add, "implementations", with_a_wrong_one)
@@ -73,3 +73,23 @@ def test_its_default_results_file_is_one_clean_removes(tmp_path):
 
     path = "outputs/residual_add.json"
     assert residual_add.DEFAULT_JSON == path and clean.is_generated_file(tmp_path, path)
+
+
+def test_a_backward_off_the_oracle_marks_only_the_forward_and_backward_row(device, monkeypatch):
+    real = residual_add.implementations
+
+    def with_a_wrong_backward():
+        impls = real()
+        fn, mode = impls["eager"]
+
+        def off_backward(x, r, g):
+            y, h = fn(x, r, g)
+            return y + 0.05 * (x - x.detach()), h  # the same values; dx off by 5%
+
+        impls["eager"] = (off_backward, mode)
+        return impls
+
+    monkeypatch.setattr(residual_add, "implementations", with_a_wrong_backward)
+    rows = {(r["impl"], r["direction"]): r for r in residual_add.measure((4, 64), device, lambda fn: {"gpu_ms": 1.0})}
+    assert rows[("eager", "fwd")]["problem"] is None
+    assert rows[("eager", "fwd+bwd")]["problem"].startswith("dx off the oracle by ")

@@ -100,3 +100,15 @@ def test_silu_gives_hand_worked_numbers():
     # y = [0.848528, 1.131371] (the example above); silu(y) = y / (1 + exp(-y))
     z = rmsnorm_reference(torch.tensor([[3.0, 4.0]]), torch.tensor([1.0, 1.0]), activation="silu")
     torch.testing.assert_close(z, torch.tensor([[0.594189, 0.855420]]), atol=HAND_ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("kwargs", [{"mode": "Gemma"}, {"mode": "bad"}, {"activation": "gelu"}])
+def test_the_oracle_refuses_a_mode_or_activation_it_does_not_define(kwargs):
+    x, gamma = torch.ones(2, 4), torch.ones(4)
+    for call in (
+        lambda: rmsnorm_reference(x, gamma, **kwargs),
+        lambda: manual_backward(x, gamma, x, **kwargs),
+        lambda: oracle(x, gamma, x, **kwargs),
+    ):
+        with pytest.raises(ValueError, match=r"reference: (mode|activation) is '\w+'; accepted: "):
+            call()

@@ -102,15 +102,26 @@ def test_torch_rmsnorm_is_swapped_and_an_unknown_norm_is_named_and_left_alone(ca
     assert (model[1].normalized_shape, model[1].eps, model[1].mode) == ((2, 4), 1e-5, "torch")
     assert type(model[2]) is MyRMSNorm
     assert "2 is a MyRMSNorm, which it does not know; left alone" in caplog.text
-    assert swap_rmsnorm(model).replaced == {}  # a second swap finds nothing left to replace
+    again = swap_rmsnorm(model, impl="reference")  # a second swap changes the path of what the first made
+    assert again.replaced == {} and again.retargeted == {"1": "triton"} and model[1].impl == "reference"
 
 
-def test_a_norm_shared_by_two_parents_stays_shared():
+def test_a_norm_held_under_several_names_is_replaced_by_one_module_under_all():
     shared = nn.RMSNorm(8)
-    model = nn.ModuleDict({"a": nn.Sequential(shared), "b": nn.Sequential(shared)})
+    model = nn.ModuleDict(
+        {"a": nn.Sequential(shared), "b": nn.Sequential(shared), "c": nn.ModuleList([shared, shared])}
+    )
     done = swap_rmsnorm(model)
-    assert sorted(done.replaced) == ["a.0", "b.0"]
-    assert model["a"][0] is model["b"][0]
+    assert sorted(done.replaced) == ["a.0", "b.0", "c.0", "c.1"]
+    assert model["a"][0] is model["b"][0] is model["c"][0] is model["c"][1]
+    assert isinstance(model["a"][0], RMSNorm) and model["a"][0].weight is shared.weight
+
+
+def test_what_is_not_a_model_or_not_a_path_is_refused_naming_swap_rmsnorm():
+    with pytest.raises(TypeError, match="swap_rmsnorm: model is a str; accepted: a torch.nn.Module"):
+        swap_rmsnorm("model")
+    with pytest.raises(ValueError, match="swap_rmsnorm: impl is 'bad'; accepted: 'triton', 'reference', 'native'"):
+        swap_rmsnorm(nn.Sequential(nn.RMSNorm(8)), impl="bad")
 
 
 #: Of the bfloat16 outputs, the share that must be bit-identical to transformers' module: the formulas are

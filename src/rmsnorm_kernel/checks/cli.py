@@ -474,12 +474,17 @@ def build_parser() -> argparse.ArgumentParser:
             "(irregular shapes, float32/float16/bfloat16, gamma not all ones)",
             parents=(common, quick),
         )
+        kernels = sorted(campaigns.KERNELS[campaign])
         p.add_argument(
             "--kernel",
-            choices=sorted(campaigns.KERNELS[campaign]),
+            choices=kernels,
             default="triton",
-            help="the kernel under test; block-mean is the deliberately broken variant (denominator BLOCK), "
-            "which must fail",
+            help="the kernel under test"
+            + (
+                "; block-mean is the deliberately broken variant (denominator BLOCK), which must fail"
+                if "block-mean" in kernels
+                else ""
+            ),
         )
     add(
         "negative",

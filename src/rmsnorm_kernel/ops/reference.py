@@ -79,7 +79,17 @@ def _scale(gamma: torch.Tensor, ct: torch.dtype, mode: str) -> torch.Tensor:
     return g + 1 if mode == "gemma" else g
 
 
+def _check_choices(activation, mode) -> None:
+    """The oracle computes only the activations and modes it defines: anything else is a ValueError, not
+    the default numerics under another name."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"reference: activation is {activation!r}; accepted: {' or '.join(map(repr, ACTIVATIONS))}")
+    if mode not in MODES:
+        raise ValueError(f"reference: mode is {mode!r}; accepted: {' or '.join(map(repr, MODES))}")
+
+
 def _forward(x, gamma, eps, activation, mode, x_dtype) -> torch.Tensor:
+    _check_choices(activation, mode)
     ct = compute_dtype(x)
     _, n = _normalized(x.to(ct), eps, mode, x_dtype)
     y = n * _scale(gamma, ct, mode)
@@ -107,6 +117,7 @@ def silu_grad(y: torch.Tensor) -> torch.Tensor:
 
 
 def _backward(x, gamma, dy, eps, activation, mode, x_dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_choices(activation, mode)
     ct = compute_dtype(x)
     n_cols = x.shape[-1]
     xc, dyc = x.to(ct), dy.to(ct)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from .impls import FALLBACKS, IMPLS
 from .module import RMSNorm
 
 log = logging.getLogger("rmsnorm_kernel")
@@ -34,10 +35,13 @@ TRANSFORMERS_NORMS = {
 
 @dataclass
 class Swapped:
-    """What ``swap_rmsnorm`` did, by module name (as ``model.named_modules()`` gives it)."""
+    """What ``swap_rmsnorm`` did, by module name (as ``model.named_modules()`` gives it, every name under
+    which a module is held)."""
 
     #: name -> the class it replaced
     replaced: dict[str, str] = field(default_factory=dict)
+    #: name -> the impl a module of this package had, now set to the one asked for
+    retargeted: dict[str, str] = field(default_factory=dict)
     #: name -> the class of a module that looks like an RMSNorm but is not one it knows
     left_alone: dict[str, str] = field(default_factory=dict)
 
@@ -61,25 +65,34 @@ def _replacement(module: nn.Module, impl: str, fallback: str | None) -> RMSNorm 
 
 def swap_rmsnorm(model: nn.Module, *, impl: str = "triton", fallback: str | None = None) -> Swapped:
     """Replace, in place, every RMSNorm of ``model`` that this package knows (see the module's doc) by
-    ``RMSNorm(..., impl=impl, fallback=fallback)`` with the same weight, eps and numerics; return what was
-    replaced and what was left alone. A module found under several names is replaced by one module."""
+    ``RMSNorm(..., impl=impl, fallback=fallback)`` with the same weight, eps and numerics, and set
+    ``impl`` and ``fallback`` on the modules of this package it finds (a second swap changes the path);
+    return what it did. A module held under several names is replaced by one module under all of them."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"swap_rmsnorm: model is a {type(model).__name__}; accepted: a torch.nn.Module")
+    if impl not in IMPLS:
+        raise ValueError(f"swap_rmsnorm: impl is {impl!r}; accepted: {', '.join(map(repr, IMPLS))}")
+    if fallback not in FALLBACKS:
+        raise ValueError(f"swap_rmsnorm: fallback is {fallback!r}; accepted: None or 'reference'")
     done = Swapped()
-    made: dict[int, RMSNorm] = {}
-    for parent_name, parent in list(model.named_modules()):
-        for name, child in list(parent.named_children()):
-            full = f"{parent_name}.{name}" if parent_name else name
-            if isinstance(child, RMSNorm):
-                continue
-            new = made.get(id(child))
-            if new is None:
-                new = _replacement(child, impl, fallback)
-            if new is None:
-                if "rmsnorm" in type(child).__name__.lower():
-                    done.left_alone[full] = type(child).__name__
-                continue
-            made[id(child)] = new
-            setattr(parent, name, new)
-            done.replaced[full] = type(child).__name__
-    for full, cls in done.left_alone.items():
-        log.warning("swap_rmsnorm: %s is a %s, which it does not know; left alone", full, cls)
+    made: dict[int, RMSNorm] = {}  # replacements, by the id of the module they replace
+    previous_impl: dict[int, str] = {}  # this package's modules met, by id: their impl before the swap
+    for name, module in list(model.named_modules(remove_duplicate=False)):
+        if not name:
+            continue  # the model itself
+        if isinstance(module, RMSNorm):
+            done.retargeted[name] = previous_impl.setdefault(id(module), module.impl)
+            module.impl, module.fallback = impl, fallback
+            continue
+        new = made.get(id(module)) or _replacement(module, impl, fallback)
+        if new is None:
+            if "rmsnorm" in type(module).__name__.lower():
+                done.left_alone[name] = type(module).__name__
+            continue
+        made[id(module)] = new
+        parent_name, _, attribute = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), attribute, new)
+        done.replaced[name] = type(module).__name__
+    for name, cls in done.left_alone.items():
+        log.warning("swap_rmsnorm: %s is a %s, which it does not know; left alone", name, cls)
     return done
