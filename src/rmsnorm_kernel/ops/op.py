@@ -367,7 +367,8 @@ class _AddRMSNormFunction(torch.autograd.Function):
 def _add_rmsnorm(x, residual, gamma, eps, activation, mode, residual_in_fp32) -> tuple[Tensor, Tensor]:
     """``rmsnorm`` with a residual, after its checks of x, gamma, eps, activation and mode."""
     check_residual(x, residual, residual_in_fp32)
-    if any(_is_dtensor(t) for t in (x, residual, gamma)):
+    plain = type(x) is Tensor and type(residual) is Tensor and type(gamma) in _PLAIN
+    if not plain and any(_is_dtensor(t) for t in (x, residual, gamma)):
         return _rmsnorm_dtensor(x, gamma, eps, activation, mode, residual, residual_in_fp32)
     if x.numel() and not kernels.rows_at_one_stride(x):
         x = x.contiguous()
