@@ -40,7 +40,7 @@ class Swapped:
 
     #: name -> the class it replaced
     replaced: dict[str, str] = field(default_factory=dict)
-    #: name -> the impl a module of this package had, now set to the one asked for
+    #: name -> the impl a module of this package had before the swap set the one asked for
     retargeted: dict[str, str] = field(default_factory=dict)
     #: name -> the class of a module that looks like an RMSNorm but is not one it knows
     left_alone: dict[str, str] = field(default_factory=dict)
