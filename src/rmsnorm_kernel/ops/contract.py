@@ -110,21 +110,30 @@ def check_dtensor(x, gamma, residual=None) -> None:
         _fail("residual", got, f"a DTensor placed as x, {x.placements}")
 
 
-def check_residual(x: torch.Tensor, residual: torch.Tensor | None, residual_in_fp32: bool) -> None:
-    """Validate the residual of ``rmsnorm(x, gamma, residual=residual, residual_in_fp32=...)``, after
-    ``check_forward`` accepted x: None, or a tensor of x's shape, in a supported dtype, on x's device (any
-    strides, as x); and a bool, True only with a residual."""
+def residual_problem(x: torch.Tensor, residual, residual_in_fp32, kernels: bool = True) -> tuple[str, str, str] | None:
+    """(argument, what it got, what is accepted) for the first problem with the residual arguments of
+    ``rmsnorm`` or ``RMSNorm.forward``, or None: the residual None or a tensor of x's shape on x's device (any
+    strides, as x), in a dtype the kernels take when ``kernels``; ``residual_in_fp32`` a bool, True only
+    with a residual. Every path checks these; the other paths take any dtype torch adds."""
     if residual is None:
         if residual_in_fp32 is not False:
-            _fail("residual_in_fp32", f"is {residual_in_fp32!r} without a residual", "False, or a residual tensor")
-        return
+            return "residual_in_fp32", f"is {residual_in_fp32!r} without a residual", "False, or a residual tensor"
+        return None
     if not isinstance(residual, torch.Tensor):
-        _fail("residual", f"is a {type(residual).__name__}", "a torch.Tensor of x's shape")
-    if residual.dtype not in _SUPPORTED:
-        _fail("residual", f"has dtype {residual.dtype}", _DTYPE_NAMES)
+        return "residual", f"is a {type(residual).__name__}", "a torch.Tensor of x's shape"
+    if kernels and residual.dtype not in _SUPPORTED:
+        return "residual", f"has dtype {residual.dtype}", _DTYPE_NAMES
     if residual.device != x.device:
-        _fail("residual", f"is on {residual.device}", f"x's device, {x.device}")
+        return "residual", f"is on {residual.device}", f"x's device, {x.device}"
     if residual.shape != x.shape:
-        _fail("residual", f"has shape {tuple(residual.shape)}", f"x's shape, {tuple(x.shape)}")
+        return "residual", f"has shape {tuple(residual.shape)}", f"x's shape, {tuple(x.shape)}"
     if type(residual_in_fp32) is not bool:
-        _fail("residual_in_fp32", f"is {residual_in_fp32!r}", "True or False")
+        return "residual_in_fp32", f"is {residual_in_fp32!r}", "True or False"
+    return None
+
+
+def check_residual(x: torch.Tensor, residual: torch.Tensor | None, residual_in_fp32: bool) -> None:
+    """Raise ``ContractError`` for the first ``residual_problem`` of the Triton path's residual arguments."""
+    problem = residual_problem(x, residual, residual_in_fp32)
+    if problem is not None:
+        _fail(*problem)

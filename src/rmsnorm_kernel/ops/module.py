@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .contract import ContractError, check_forward
+from .contract import ContractError, check_forward, residual_problem
 from .impls import FALLBACKS, IMPLS
 from .op import rmsnorm
 from .reference import ACTIVATIONS, MODES, output_dtype, residual_dtype, rmsnorm_reference
@@ -128,51 +128,53 @@ class RMSNorm(nn.Module):
         ``residual_in_fp32``) and y the norm of h in the dtype y has without a residual, the add and norm of
         a pre-norm block; the Triton path does both in the same kernels."""
         if residual is not None or residual_in_fp32 is not False:
-            _check_residual_arguments(x, residual, residual_in_fp32)
+            problem = residual_problem(x, residual, residual_in_fp32, kernels=False)
+            if problem is not None:
+                raise ValueError("RMSNorm: {} {}; accepted: {}".format(*problem))
             if self.impl == "triton" and self.fallback is None:
-                return self._triton_with_residual(x, residual, residual_in_fp32)
+                x2, w, eps, mode = self._rows(x)
+                y, h = rmsnorm(
+                    x2,
+                    w,
+                    eps,
+                    self.activation,
+                    mode,
+                    residual=residual.reshape(x2.shape),
+                    residual_in_fp32=residual_in_fp32,
+                )
+                return y.reshape(x.shape), h.reshape(x.shape)
             h_dtype = residual_dtype(x.dtype, residual.dtype, residual_in_fp32)
             h = x.to(h_dtype) + residual.to(h_dtype)
             return self(h).to(self._output_dtype(x.dtype)), h
-        self._check_trailing_shape(x)
         if self.impl == "native":
+            self._check_trailing_shape(x)
             y = self._native(x)
             return F.silu(y) if self.activation == "silu" else y
-        eps = default_eps(x.dtype) if self.eps is None else self.eps
-        n = math.prod(self.normalized_shape)
-        flat = len(self.normalized_shape) == 1
-        x2 = x if flat else x.reshape(*x.shape[: x.dim() - len(self.normalized_shape)], n)
-        if self.weight is None:
-            w, mode = self._ones_like(x, n), "torch"  # the unscaled norm in every mode
-        else:
-            w, mode = (self.weight if flat else self.weight.reshape(n)), self.mode
+        x2, w, eps, mode = self._rows(x)
         if self.impl == "reference":
             y = rmsnorm_reference(x2, w, eps, self.activation, mode)
         else:
             y = self._triton(x2, w, eps, mode)
-        return y if flat else y.reshape(x.shape)
+        return y if y.shape == x.shape else y.reshape(x.shape)
+
+    def _rows(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float, str]:
+        """(x as (..., N), the weight as (N,), eps, mode) for the kernels and the reference, which normalize
+        one last dimension; without a weight, ones and torch's mode (the unscaled norm in every mode)."""
+        self._check_trailing_shape(x)
+        eps = default_eps(x.dtype) if self.eps is None else self.eps
+        n = math.prod(self.normalized_shape)
+        flat = len(self.normalized_shape) == 1  # the common case: no reshape on every call
+        if not flat:
+            x = x.reshape(*x.shape[: x.dim() - len(self.normalized_shape)], n)
+        if self.weight is None:
+            return x, self._ones_like(x, n), eps, "torch"
+        return x, self.weight if flat else self.weight.reshape(n), eps, self.mode
 
     def _output_dtype(self, x_dtype: torch.dtype) -> torch.dtype:
         """The dtype of y for an x of ``x_dtype``, on every path."""
         if self.weight is None:
             return x_dtype
         return output_dtype(x_dtype, self.weight.dtype, self.mode)
-
-    def _triton_with_residual(self, x: torch.Tensor, residual, residual_in_fp32) -> tuple[torch.Tensor, torch.Tensor]:
-        """(y, h) from the kernels' fused add and norm."""
-        self._check_trailing_shape(x)
-        eps = default_eps(x.dtype) if self.eps is None else self.eps
-        n = math.prod(self.normalized_shape)
-        lead = x.shape[: x.dim() - len(self.normalized_shape)]
-        if self.weight is None:
-            w, mode = self._ones_like(x, n), "torch"
-        else:
-            w, mode = self.weight.reshape(n), self.mode
-        residual = residual.reshape(*lead, n)
-        y, h = rmsnorm(
-            x.reshape(*lead, n), w, eps, self.activation, mode, residual=residual, residual_in_fp32=residual_in_fp32
-        )
-        return y.reshape(x.shape), h.reshape(x.shape)
 
     def _native(self, x: torch.Tensor) -> torch.Tensor:
         """The norm from ``F.rms_norm``, in each mode as the module it comes from writes it."""
@@ -261,24 +263,6 @@ def _checked_shape(normalized_shape) -> tuple[int, ...]:
             "sequence of positive ints (the trailing dimensions of x)"
         )
     return tuple(int(d) for d in shape)
-
-
-def _check_residual_arguments(x: torch.Tensor, residual, residual_in_fp32) -> None:
-    """What every path requires of ``forward``'s residual arguments (the Triton path's contract adds its
-    dtypes): a tensor of x's shape on x's device, and ``residual_in_fp32`` a bool, True only with it."""
-    if residual is None:
-        raise ValueError(
-            f"RMSNorm: residual_in_fp32 is {residual_in_fp32!r} without a residual; accepted: False, or a residual"
-        )
-    if not isinstance(residual, torch.Tensor) or residual.shape != x.shape or residual.device != x.device:
-        got = (
-            f"a tensor of shape {tuple(residual.shape)} on {residual.device}"
-            if isinstance(residual, torch.Tensor)
-            else f"a {type(residual).__name__}"
-        )
-        raise ValueError(f"RMSNorm: residual is {got}; accepted: a tensor of x's shape {tuple(x.shape)} on {x.device}")
-    if type(residual_in_fp32) is not bool:
-        raise ValueError(f"RMSNorm: residual_in_fp32 is {residual_in_fp32!r}; accepted: True or False")
 
 
 def _refusal(x: torch.Tensor, w: torch.Tensor, eps: float) -> str | None:

@@ -376,12 +376,7 @@ def _add_rmsnorm(x, residual, gamma, eps, activation, mode, residual_in_fp32) ->
         residual = residual.contiguous()
     if not gamma.is_contiguous():
         gamma = gamma.contiguous()
-    if (
-        torch.compiler.is_compiling()
-        or type(x) is not Tensor
-        or type(residual) is not Tensor
-        or type(gamma) not in _PLAIN
-    ):
+    if torch.compiler.is_compiling() or not plain:
         return torch.ops.rmsnorm_kernel.add_rmsnorm(
             x, residual, gamma, eps, counters.calls(x.device), activation, mode, residual_in_fp32
         )
