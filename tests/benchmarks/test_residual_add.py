@@ -93,3 +93,10 @@ def test_a_backward_off_the_oracle_marks_only_the_forward_and_backward_row(devic
     rows = {(r["impl"], r["direction"]): r for r in residual_add.measure((4, 64), device, lambda fn: {"gpu_ms": 1.0})}
     assert rows[("eager", "fwd")]["problem"] is None
     assert rows[("eager", "fwd+bwd")]["problem"].startswith("dx off the oracle by ")
+
+
+def test_an_interrupted_write_is_one_clean_removes_too(tmp_path):
+    from rmsnorm_kernel.checks import clean
+
+    assert clean.is_generated_file(tmp_path, "outputs/residual_add.tmp")
+    assert clean.is_generated_file(tmp_path, "outputs/train_step.tmp")

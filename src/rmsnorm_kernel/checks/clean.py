@@ -100,8 +100,8 @@ FIGURE_FILES = ("training_mse.png", "check_errors.png")
 BENCHMARK_FILES = (
     r"outputs/benchmark\.json",
     r"outputs/figures/benchmark\.png",
-    r"outputs/train_step\.json",
-    r"outputs/residual_add\.json",
+    r"outputs/train_step\.(?:json|tmp)",  # .tmp: a write that an interruption stopped (common.write_json)
+    r"outputs/residual_add\.(?:json|tmp)",
 )
 #: The benchmark sweep's files, by the names ``benchmarks.sweep`` gives them (a test checks they agree).
 SWEEP_FILES = (
