@@ -68,8 +68,12 @@ import torch
 import triton
 import triton.language as tl
 
+from .backend import INTERPRETER, backend
 from .launch import SUM_BLOCK_N, SUM_BLOCK_P, SUM_WARPS, Plan, plan_for, vector_width
 from .reference import output_dtype, residual_dtype
+
+#: Whether ``_rounded`` rounds float32 to bfloat16 itself: only under Triton's interpreter (see there).
+_ROUND_BY_HAND = tl.constexpr(backend() == INTERPRETER)
 
 
 @triton.jit
@@ -83,9 +87,9 @@ def _scale(gamma, WEIGHT_OFFSET: tl.constexpr):
 @triton.jit
 def _rounded(v, DTYPE: tl.constexpr):
     # v (float32) in DTYPE, rounded to nearest, ties to even, as torch rounds; every result stored in a
-    # half format goes through here. Written out for bfloat16, because Triton's interpreter truncates
-    # float32 to bfloat16; after it the cast is exact.
-    if DTYPE == tl.bfloat16:
+    # half format goes through here. Written out for bfloat16 under Triton's interpreter, which truncates
+    # float32 to bfloat16 (after it the cast is exact); a GPU's own conversion rounds to nearest-even.
+    if DTYPE == tl.bfloat16 and _ROUND_BY_HAND:
         bits = v.to(tl.uint32, bitcast=True)
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
         v = tl.where(v == v, bits.to(tl.float32, bitcast=True), v)  # NaN stays NaN
