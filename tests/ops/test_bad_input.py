@@ -75,28 +75,32 @@ def test_float32_sum_of_squares_overflow_is_the_documented_limit(device):
     assert torch.equal(y, torch.zeros_like(y))
 
 
+#: Rows longer than the kernels take: refused by the contract, computed by the reference.
+TOO_LONG = MAX_N + 1
+
+
 def test_fallback_is_off_by_default(device):
-    norm = RMSNorm(8).to(device)
-    with pytest.raises(ContractError, match="x has dtype torch.float64"):
-        norm(torch.randn(2, 8, dtype=torch.float64, device=device))
+    norm = RMSNorm(TOO_LONG).to(device)
+    with pytest.raises(ContractError, match=f"x has rows of N = {TOO_LONG} elements"):
+        norm(torch.randn(2, TOO_LONG, device=device))
     assert norm.fallback_count == 0
 
 
 def test_fallback_sends_refused_inputs_to_the_reference_counts_them_and_logs_once(device, caplog):
-    norm = RMSNorm(8, eps=1e-6, fallback="reference").to(device)
-    x = torch.randn(3, 8, device=device)
+    norm = RMSNorm(TOO_LONG, eps=1e-6, fallback="reference").to(device)
+    x = torch.randn(3, TOO_LONG, device=device)
     before = call_counts()
     with caplog.at_level(logging.WARNING, logger="rmsnorm_kernel"):
-        y_double = norm(x.double())  # float64: refused
-        y_again = norm(x.double() * 2)
+        y = norm(x)  # rows too long: refused
+        y_again = norm(x * 2)
     assert norm.fallback_count == 2
     assert call_counts() == before  # no Triton call for refused inputs
-    assert torch.equal(y_double, rmsnorm_reference(x.double(), norm.weight))
-    assert torch.equal(y_again, rmsnorm_reference(x.double() * 2, norm.weight))
+    assert torch.equal(y, rmsnorm_reference(x, norm.weight, 1e-6))
+    assert torch.equal(y_again, rmsnorm_reference(x * 2, norm.weight, 1e-6))
     messages = [r.getMessage() for r in caplog.records if "fallback" in r.getMessage()]
-    assert len(messages) == 1 and "float64" in messages[0] and "accepted:" in messages[0]
-    # an accepted input still takes the Triton path
-    norm(x)
+    assert len(messages) == 1 and f"N = {TOO_LONG}" in messages[0] and "accepted:" in messages[0]
+    # an input the contract accepts still takes the Triton path
+    RMSNorm(8, fallback="reference").to(device)(torch.randn(3, 8, device=device))
     assert call_counts()["forward"] == before["forward"] + 1
     assert norm.fallback_count == 2
 

@@ -479,3 +479,29 @@ def test_residual_add_counts_one_call_each_way_and_needs_only_one_output_used(de
     after = call_counts()
     # two forwards; one backward launch: with only h used there is no norm gradient to compute
     assert (after["forward"] - before["forward"], after["backward"] - before["backward"]) == (2, 1)
+
+
+@pytest.mark.parametrize("shape", [(17, 257), (5, 4096), (3, 8193)], ids=str)
+def test_float64_is_computed_in_float64_and_matches_the_oracle(shape, device):
+    x, gamma, dy = make_inputs(shape, torch.float64, device)
+    y, dx, dgamma = assert_matches_oracle(x, gamma, dy)  # float64's tolerance: rtol 1e-8, far below float32's
+    assert y.dtype == dx.dtype == dgamma.dtype == torch.float64
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"activation": "silu"}, {"mode": "llama"}, {"mode": "gemma"}], ids=lambda k: str(k) or "plain"
+)
+def test_gradcheck_runs_on_the_triton_path_itself(kwargs, device):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 7, dtype=torch.float64, generator=g).to(device).requires_grad_()
+    gamma = (1 + 0.5 * torch.randn(7, dtype=torch.float64, generator=g)).to(device).requires_grad_()
+    before = call_counts()["backward"]
+    assert torch.autograd.gradcheck(lambda a, b: rmsnorm(a, b, **kwargs), (x, gamma))
+    assert call_counts()["backward"] > before  # the analytical gradient came from the kernels
+
+
+def test_gradcheck_runs_on_the_fused_residual_add(device):
+    g = torch.Generator().manual_seed(1)
+    x, residual = (torch.randn(3, 7, dtype=torch.float64, generator=g).to(device).requires_grad_() for _ in range(2))
+    gamma = (1 + 0.5 * torch.randn(7, dtype=torch.float64, generator=g)).to(device).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, r, b: rmsnorm(a, b, residual=r), (x, residual, gamma))

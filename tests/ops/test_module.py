@@ -19,11 +19,10 @@ from tests.ops.helpers import NO_ROWS_DTYPES, assert_empty_y_empty_dx_zero_dgamm
 SMALL = 1e-3
 
 #: (normalized_shape, x shape, dtype, elementwise_affine, fallback), each against torch.nn.RMSNorm with eps=None.
-#: float64 is refused by the kernels: the Triton path takes the reference through the fallback.
 TORCH_CASES = {
     "default-float32": (64, (4, 3, 64), torch.float32, True, None),
     "default-bfloat16": (64, (4, 3, 64), torch.bfloat16, True, None),
-    "default-float64": (64, (4, 64), torch.float64, True, "reference"),
+    "default-float64": (64, (4, 64), torch.float64, True, None),
     "2d-shape": ((4, 16), (3, 4, 16), torch.float32, True, None),
     "no-affine": (64, (4, 3, 64), torch.float32, False, None),
     "no-affine-2d-bfloat16": ((4, 16), (3, 4, 16), torch.bfloat16, False, None),
@@ -307,14 +306,12 @@ def test_residual_arguments_are_checked_alike_on_every_path_before_flattening(im
 
 @pytest.mark.parametrize("fallback", [None, "reference"])
 @pytest.mark.parametrize("impl", ["reference", "native", "triton"])
-def test_paths_that_take_float64_take_it_with_a_residual_too(impl, fallback):
-    if impl == "triton" and fallback is None:
-        pytest.skip("the Triton path's contract refuses float64 (ContractError)")
-    m = RMSNorm(8, impl=impl, fallback=fallback, dtype=torch.float64)
-    x, residual = torch.randn(3, 8, dtype=torch.float64), torch.randn(3, 8, dtype=torch.float64)
+def test_every_path_takes_float64_with_a_residual_too(impl, fallback, device):
+    m = RMSNorm(8, impl=impl, fallback=fallback, dtype=torch.float64, device=device)
+    x, residual = (torch.randn(3, 8, dtype=torch.float64, device=device) for _ in range(2))
     y, h = m(x, residual)
     assert y.dtype == h.dtype == torch.float64 and torch.equal(h, x + residual)
-    assert (m.fallback_count == 1) == (fallback == "reference" and impl == "triton")
+    assert m.fallback_count == 0
 
 
 def test_residual_in_fp32_keeps_y_in_x_dtype_on_every_path(device):

@@ -22,10 +22,11 @@ from .reference import ACTIVATIONS, MODES
 
 #: Largest row length the kernels take (``launch.py`` plans how each length is walked).
 MAX_N = 65536
-#: The dtypes of x, gamma and a residual, in any combination (as ``F.rms_norm`` takes them).
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+#: The dtypes of x, gamma and a residual, in any combination (as ``F.rms_norm`` takes them). float64 x is
+#: computed in float64 (so that gradcheck runs on the kernels), the others in float32.
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
-_DTYPE_NAMES = "float32, float16 or bfloat16"
+_DTYPE_NAMES = "float32, float16, bfloat16 or float64"
 
 
 class ContractError(ValueError):

@@ -97,6 +97,16 @@ def _rounded(v, DTYPE: tl.constexpr):
 
 
 @triton.jit
+def _inv_sqrt(v, FP64: tl.constexpr):
+    # 1 / sqrt(v), correctly rounded. tl.sqrt_rn and tl.div_rn take float32 only (tl.sqrt and 1 / x are
+    # approximate there on a GPU); float64's square root and division are IEEE's, correctly rounded.
+    if FP64:
+        return 1.0 / tl.sqrt(v)
+    else:
+        return tl.div_rn(1.0, tl.sqrt_rn(v))
+
+
+@triton.jit
 def _silu_grad(y):
     # d silu(y) / dy = s * (1 + y * (1 - s)), s = sigmoid(y): reference.silu_grad
     s = tl.sigmoid(y)
@@ -131,7 +141,9 @@ def _rmsnorm_fwd_kernel(
     ROUND_NORM: tl.constexpr,
     WEIGHT_OFFSET: tl.constexpr,
     RESIDUAL: tl.constexpr,
+    FP64: tl.constexpr,
 ):
+    ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
     # BLOCK_M rows per tile: short rows share a tile so that each one moves enough bytes. Program p takes
     # the tiles p, p + P, ...: one tile each when the grid covers them all, several when it is persistent,
     # in which case STAGES > 1 lets Triton copy the next tile's x into shared memory (cp.async) while
@@ -142,25 +154,25 @@ def _rmsnorm_fwd_kernel(
     stride_res, stride_h = stride_res // VEC * VEC, stride_h // VEC * VEC
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32), WEIGHT_OFFSET)
+    gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(ACC), WEIGHT_OFFSET)
     for tile in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64: rows * stride may pass 2**31
         mask = (rows < M)[:, None] & col_mask[None, :]
         # Cast to float32 at load time, before the reduction: squares of float16/bfloat16 values lose
         # precision (and float16 overflows above 256^2) if summed in the input format.
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
         if RESIDUAL:  # h = x + residual, stored in h's dtype, and normalized as stored
-            x += tl.load(RES + rows[:, None] * stride_res + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x += tl.load(RES + rows[:, None] * stride_res + cols[None, :], mask=mask, other=0.0).to(ACC)
             h = _rounded(x, H.dtype.element_ty)
             tl.store(H + rows[:, None] * stride_h + cols[None, :], h, mask=mask)
-            x = h.to(tl.float32)
+            x = h.to(ACC)
         mean_sq = tl.sum(x * x, axis=1) / N  # N, not BLOCK_N: masked lanes are padding, not data
         # Correctly rounded: tl.sqrt and 1 / x are approximate on a GPU, and the backward multiplies r^3
         # into terms hundreds of times larger than dx when x is small (r ~ 700 at |x| ~ 1e-3).
-        r = tl.div_rn(1.0, tl.sqrt_rn(mean_sq + tl.cast(eps, tl.float32)))
+        r = _inv_sqrt(mean_sq + tl.cast(eps, ACC), FP64)
         n = x * r[:, None]
         if ROUND_NORM:  # llama: n in the dtype of the norm's input (H: x, or x + residual) before the weight
-            n = _rounded(n, H.dtype.element_ty).to(tl.float32)
+            n = _rounded(n, H.dtype.element_ty).to(ACC)
         y = n * gamma[None, :]
         if SILU:
             y = y * tl.sigmoid(y)
@@ -197,7 +209,9 @@ def _rmsnorm_bwd_kernel(
     ROUND_NORM: tl.constexpr,
     WEIGHT_OFFSET: tl.constexpr,
     HAS_DH: tl.constexpr,
+    FP64: tl.constexpr,
 ):
+    ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     if pid == 0:  # count the call on the device
@@ -207,7 +221,7 @@ def _rmsnorm_bwd_kernel(
     stride_dh = stride_dh // VEC * VEC
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32), WEIGHT_OFFSET)
+    gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(ACC), WEIGHT_OFFSET)
     # This program's share of dgamma, kept in registers across all its rows (no M x N scratch), in
     # float64: a float32 running sum over thousands of rows drifts by more than float32's tolerance;
     # one float64 add per element costs no memory traffic.
@@ -218,26 +232,24 @@ def _rmsnorm_bwd_kernel(
     for tile in tl.range(pid, tl.cdiv(M, BLOCK_M), num_programs, num_stages=STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
         mask = (rows < M)[:, None] & col_mask[None, :]
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        r = tl.div_rn(
-            1.0, tl.sqrt_rn(tl.sum(x * x, axis=1) / N + tl.cast(eps, tl.float32))
-        )  # the forward's r, same logical N
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(ACC)
+        r = _inv_sqrt(tl.sum(x * x, axis=1) / N + tl.cast(eps, ACC), FP64)  # the forward's r, same logical N
         n = x * r[:, None]
         if ROUND_NORM:  # as the forward did; its gradient is the identity, as autograd takes it
-            n = _rounded(n, X.dtype.element_ty).to(tl.float32)
+            n = _rounded(n, X.dtype.element_ty).to(ACC)
         if SILU:  # dy is the gradient of silu(y): take it back through the SiLU
             dy = dy * _silu_grad(n * gamma[None, :])
         u = dy * gamma[None, :]
         mean_ux = tl.sum(u * x, axis=1) / N  # N again: the padding lanes hold u * x = 0
         dx = r[:, None] * u - x * (r * r * r * mean_ux)[:, None]
         if HAS_DH:  # x was h = x + residual, which also went on: its own gradient joins
-            dx += tl.load(DH + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dx += tl.load(DH + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0).to(ACC)
         tl.store(DX + rows[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty), mask=mask)
         # Masked rows and lanes hold dy = x = 0: they add nothing.
         dgamma_acc += tl.sum(dy * n, axis=0).to(tl.float64)
     if FINAL:  # the only program: this is dgamma itself, in gamma's dtype
-        tl.store(DGAMMA_OUT + cols, _rounded(dgamma_acc.to(tl.float32), DGAMMA_OUT.dtype.element_ty), mask=col_mask)
+        tl.store(DGAMMA_OUT + cols, _rounded(dgamma_acc.to(ACC), DGAMMA_OUT.dtype.element_ty), mask=col_mask)
     else:  # row pid of the (P, N) float64 partials
         tl.store(DGAMMA_OUT + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)
 
@@ -269,7 +281,9 @@ def _rmsnorm_fwd_chunked_kernel(
     ROUND_NORM: tl.constexpr,
     WEIGHT_OFFSET: tl.constexpr,
     RESIDUAL: tl.constexpr,
+    FP64: tl.constexpr,
 ):
+    ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
     # One program per row (a persistent loop over rows measured slower, docs/performance-notes.md).
     if tl.program_id(0) == 0:  # count the call on the device
         tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1)  # see counters.py
@@ -283,47 +297,43 @@ def _rmsnorm_fwd_chunked_kernel(
     # Pass 1: sum(x^2) over the row, chunk by chunk, in float32 lanes reduced once at the end. The loads
     # are marked evict_last so that the row stays in L2 for pass 2, which reads it again.
     # EVEN_N (N a multiple of BLOCK_N): no chunk is partial, so the loads need no mask.
-    sum_sq = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    sum_sq = tl.zeros((BLOCK_N,), dtype=ACC)
     for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
         if EVEN_N:
-            x = tl.load(x_row + start + cols, eviction_policy="evict_last").to(tl.float32)
+            x = tl.load(x_row + start + cols, eviction_policy="evict_last").to(ACC)
         else:
-            x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0, eviction_policy="evict_last").to(
-                tl.float32
-            )
+            x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0, eviction_policy="evict_last").to(ACC)
         if RESIDUAL:  # h = x + residual, stored in h's dtype for pass 2 and the caller, summed as stored
             in_row = start + cols < N
-            x += tl.load(RES + row * stride_res + start + cols, mask=in_row, other=0.0).to(tl.float32)
+            x += tl.load(RES + row * stride_res + start + cols, mask=in_row, other=0.0).to(ACC)
             h = _rounded(x, H.dtype.element_ty)
             tl.store(h_row + start + cols, h, mask=in_row)
-            x = h.to(tl.float32)
+            x = h.to(ACC)
         sum_sq += x * x
-    r = tl.div_rn(
-        1.0, tl.sqrt_rn(tl.sum(sum_sq, axis=0) / N + tl.cast(eps, tl.float32))
-    )  # N, not the chunks' total width
+    r = _inv_sqrt(tl.sum(sum_sq, axis=0) / N + tl.cast(eps, ACC), FP64)  # N, not the chunks' total width
     if RESIDUAL:
         tl.debug_barrier()  # pass 2 reads h back: every thread's stores of it first
     # Pass 2: y = x * r * gamma. This read of x is its last (evict_first); gamma is read by every row
     # (evict_last).
     for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
         if EVEN_N:
-            x = tl.load(h_row + start + cols, eviction_policy="evict_first").to(tl.float32)
-            gamma = _scale(tl.load(GAMMA + start + cols, eviction_policy="evict_last").to(tl.float32), WEIGHT_OFFSET)
+            x = tl.load(h_row + start + cols, eviction_policy="evict_first").to(ACC)
+            gamma = _scale(tl.load(GAMMA + start + cols, eviction_policy="evict_last").to(ACC), WEIGHT_OFFSET)
             n = x * r
             if ROUND_NORM:  # llama: n in the norm's input dtype before the weight multiplies it
-                n = _rounded(n, H.dtype.element_ty).to(tl.float32)
+                n = _rounded(n, H.dtype.element_ty).to(ACC)
             y = n * gamma
             if SILU:
                 y = y * tl.sigmoid(y)
             tl.store(y_row + start + cols, _rounded(y, Y.dtype.element_ty))
         else:
             mask = start + cols < N
-            x = tl.load(h_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            x = tl.load(h_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(ACC)
             gamma = tl.load(GAMMA + start + cols, mask=mask, other=0.0, eviction_policy="evict_last")
-            gamma = _scale(gamma.to(tl.float32), WEIGHT_OFFSET)
+            gamma = _scale(gamma.to(ACC), WEIGHT_OFFSET)
             n = x * r
             if ROUND_NORM:
-                n = _rounded(n, H.dtype.element_ty).to(tl.float32)
+                n = _rounded(n, H.dtype.element_ty).to(ACC)
             y = n * gamma
             if SILU:
                 y = y * tl.sigmoid(y)
@@ -353,33 +363,35 @@ def _rmsnorm_bwd_row_stats_kernel(
     SILU: tl.constexpr,
     ROUND_NORM: tl.constexpr,
     WEIGHT_OFFSET: tl.constexpr,
+    FP64: tl.constexpr,
 ):
+    ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
     # Per row: r, and coef = r^3 * mean(u * x), the two numbers dx = r * u - x * coef needs.
     if tl.program_id(0) == 0:  # count the call on the device
         tl.atomic_add(tl.load(CALLS + 1).to(tl.pointer_type(tl.int64)), 1)  # see counters.py
     N, stride_dy, stride_x = N // VEC * VEC, stride_dy // VEC * VEC, stride_x // VEC * VEC  # vector loads
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
-    sum_sq = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    sum_ux = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    sum_sq = tl.zeros((BLOCK_N,), dtype=ACC)
+    sum_ux = tl.zeros((BLOCK_N,), dtype=ACC)
     for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
         mask = start + cols < N
-        x = tl.load(X + row * stride_x + start + cols, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + row * stride_dy + start + cols, mask=mask, other=0.0).to(tl.float32)
-        gamma = _scale(tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(tl.float32), WEIGHT_OFFSET)
+        x = tl.load(X + row * stride_x + start + cols, mask=mask, other=0.0).to(ACC)
+        dy = tl.load(DY + row * stride_dy + start + cols, mask=mask, other=0.0).to(ACC)
+        gamma = _scale(tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(ACC), WEIGHT_OFFSET)
         sum_sq += x * x
         if not SILU:
             sum_ux += dy * gamma * x
-    r = tl.div_rn(1.0, tl.sqrt_rn(tl.sum(sum_sq, axis=0) / N + tl.cast(eps, tl.float32)))
+    r = _inv_sqrt(tl.sum(sum_sq, axis=0) / N + tl.cast(eps, ACC), FP64)
     if SILU:  # u needs silu'(y), and y needs r: a second walk over the row, once r is known
         for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
             mask = start + cols < N
-            x = tl.load(X + row * stride_x + start + cols, mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(DY + row * stride_dy + start + cols, mask=mask, other=0.0).to(tl.float32)
-            gamma = _scale(tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(tl.float32), WEIGHT_OFFSET)
+            x = tl.load(X + row * stride_x + start + cols, mask=mask, other=0.0).to(ACC)
+            dy = tl.load(DY + row * stride_dy + start + cols, mask=mask, other=0.0).to(ACC)
+            gamma = _scale(tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(ACC), WEIGHT_OFFSET)
             n = x * r
             if ROUND_NORM:
-                n = _rounded(n, X.dtype.element_ty).to(tl.float32)
+                n = _rounded(n, X.dtype.element_ty).to(ACC)
             sum_ux += dy * _silu_grad(n * gamma) * gamma * x
     tl.store(RSTD + row, r)
     tl.store(COEF + row, r * r * r * (tl.sum(sum_ux, axis=0) / N))
@@ -409,7 +421,9 @@ def _rmsnorm_bwd_looped_kernel(
     ROUND_NORM: tl.constexpr,
     WEIGHT_OFFSET: tl.constexpr,
     HAS_DH: tl.constexpr,
+    FP64: tl.constexpr,
 ):
+    ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
     # Program (p, s): column segment s of the rows p, p + P, ...; its dgamma share stays in registers
     # because a segment, unlike a 65536-wide row, fits there.
     pid = tl.program_id(0)
@@ -418,7 +432,7 @@ def _rmsnorm_bwd_looped_kernel(
     stride_dy, stride_x, stride_dx = stride_dy // VEC * VEC, stride_x // VEC * VEC, stride_dx // VEC * VEC
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32), WEIGHT_OFFSET)
+    gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(ACC), WEIGHT_OFFSET)
     dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float64)  # float64, as in _rmsnorm_bwd_kernel
     for tile in tl.range(pid, tl.cdiv(M, BLOCK_M), num_programs, num_stages=STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
@@ -426,16 +440,16 @@ def _rmsnorm_bwd_looped_kernel(
         mask = row_mask[:, None] & col_mask[None, :]
         r = tl.load(RSTD + rows, mask=row_mask, other=0.0)
         coef = tl.load(COEF + rows, mask=row_mask, other=0.0)
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(ACC)
         n = x * r[:, None]
         if ROUND_NORM:  # as in _rmsnorm_bwd_kernel
-            n = _rounded(n, X.dtype.element_ty).to(tl.float32)
+            n = _rounded(n, X.dtype.element_ty).to(ACC)
         if SILU:  # as in _rmsnorm_bwd_kernel
             dy = dy * _silu_grad(n * gamma[None, :])
         dx = r[:, None] * (dy * gamma[None, :]) - x * coef[:, None]
         if HAS_DH:  # as in _rmsnorm_bwd_kernel
-            dx += tl.load(DH + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dx += tl.load(DH + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0).to(ACC)
         tl.store(DX + rows[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty), mask=mask)
         dgamma_acc += tl.sum(dy * n, axis=0).to(tl.float64)
     tl.store(PARTIAL + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)
@@ -447,7 +461,8 @@ def _rmsnorm_bwd_looped_kernel(
 
 
 @triton.jit
-def _dgamma_column_sum_kernel(PARTIAL, DGAMMA, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+def _dgamma_column_sum_kernel(PARTIAL, DGAMMA, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, FP64: tl.constexpr):
+    ACC = tl.float64 if FP64 else tl.float32
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
     acc = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float64)
@@ -456,7 +471,7 @@ def _dgamma_column_sum_kernel(PARTIAL, DGAMMA, P, N, BLOCK_P: tl.constexpr, BLOC
         mask = (rows < P)[:, None] & col_mask[None, :]
         acc += tl.load(PARTIAL + rows[:, None].to(tl.int64) * N + cols[None, :], mask=mask, other=0.0)
     # float64 to float32 first: one rounding step Triton lowers for every target, then gamma's dtype.
-    tl.store(DGAMMA + cols, _rounded(tl.sum(acc, axis=0).to(tl.float32), DGAMMA.dtype.element_ty), mask=col_mask)
+    tl.store(DGAMMA + cols, _rounded(tl.sum(acc, axis=0).to(ACC), DGAMMA.dtype.element_ty), mask=col_mask)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -562,6 +577,7 @@ def rmsnorm_forward(
             ROUND_NORM=mode == "llama",
             WEIGHT_OFFSET=mode == "gemma",
             RESIDUAL=h is not None,
+            FP64=h_dtype == torch.float64,
             num_warps=p.fwd_warps,
         )
     else:
@@ -587,6 +603,7 @@ def rmsnorm_forward(
             ROUND_NORM=mode == "llama",
             WEIGHT_OFFSET=mode == "gemma",
             RESIDUAL=h is not None,
+            FP64=h_dtype == torch.float64,
             num_warps=p.fwd_warps,
         )
     return y if h is None else (y, h)
@@ -626,9 +643,10 @@ def rmsnorm_backward(
     vec = vector_width(n, x2, dy2, dh2, traced=launch is not direct)
     p = p or plan_for(x2, gamma, vec)  # the backward's settings do not depend on the vector width
     sdy, sx, sdh = dy2.stride(0), x2.stride(0), dh2.stride(0)
+    fp64 = x.dtype == torch.float64  # computed in float64, as the oracle computes float64
     if p.looped:
-        rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
-        coef = torch.empty(rows, dtype=torch.float32, device=x.device)
+        rstd = torch.empty(rows, dtype=torch.float64 if fp64 else torch.float32, device=x.device)
+        coef = torch.empty(rows, dtype=torch.float64 if fp64 else torch.float32, device=x.device)
         partial = torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
         launch(_rmsnorm_bwd_row_stats_kernel)[(rows,)](
             dy2,
@@ -647,6 +665,7 @@ def rmsnorm_backward(
             SILU=activation == "silu",
             ROUND_NORM=mode == "llama",
             WEIGHT_OFFSET=mode == "gemma",
+            FP64=fp64,
             num_warps=p.stats_warps,
         )
         launch(_rmsnorm_bwd_looped_kernel)[p.bwd_grid](
@@ -672,6 +691,7 @@ def rmsnorm_backward(
             ROUND_NORM=mode == "llama",
             WEIGHT_OFFSET=mode == "gemma",
             HAS_DH=dh is not None,
+            FP64=fp64,
             num_warps=p.bwd_warps,
         )
     else:
@@ -701,11 +721,19 @@ def rmsnorm_backward(
             ROUND_NORM=mode == "llama",
             WEIGHT_OFFSET=mode == "gemma",
             HAS_DH=dh is not None,
+            FP64=fp64,
             num_warps=p.bwd_warps,
         )
         if final:
             return dx, dgamma
     launch(_dgamma_column_sum_kernel)[(triton.cdiv(n, SUM_BLOCK_N),)](
-        partial, dgamma, p.partial_rows, n, BLOCK_P=SUM_BLOCK_P, BLOCK_N=SUM_BLOCK_N, num_warps=SUM_WARPS
+        partial,
+        dgamma,
+        p.partial_rows,
+        n,
+        BLOCK_P=SUM_BLOCK_P,
+        BLOCK_N=SUM_BLOCK_N,
+        FP64=fp64,
+        num_warps=SUM_WARPS,
     )
     return dx, dgamma

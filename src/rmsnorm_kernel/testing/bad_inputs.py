@@ -21,7 +21,7 @@ import torch
 from ..ops.contract import MAX_N
 from ..ops.reference import ACTIVATIONS, MODES
 
-_DTYPES = r"float32, float16 or bfloat16"
+_DTYPES = r"float32, float16, bfloat16 or float64"
 _EPS = r"a finite number > 0"
 _ACTIVATIONS = re.escape(" or ".join(map(repr, ACTIVATIONS)))
 _MODES = re.escape(" or ".join(map(repr, MODES)))
@@ -71,10 +71,10 @@ CONTRACT_VIOLATIONS: tuple[Violation, ...] = (
     ),
     # dtypes
     Violation(
-        "x_float64",
+        "x_complex64",
         "x",
-        lambda d: (*_x_and_gamma((4, 6), d, dtype=torch.float64), 1e-6),
-        rf"x has dtype torch\.float64; accepted: {_DTYPES}",
+        lambda d: (*_x_and_gamma((4, 6), d, dtype=torch.complex64), 1e-6),
+        rf"x has dtype torch\.complex64; accepted: {_DTYPES}",
     ),
     Violation(
         "x_int32",
@@ -83,10 +83,10 @@ CONTRACT_VIOLATIONS: tuple[Violation, ...] = (
         rf"x has dtype torch\.int32; accepted: {_DTYPES}",
     ),
     Violation(
-        "gamma_float64",
+        "gamma_complex64",
         "gamma",
-        lambda d: (*_x_and_gamma((4, 6), d, gamma_dtype=torch.float64), 1e-6),
-        rf"gamma has dtype torch\.float64; accepted: {_DTYPES}",
+        lambda d: (*_x_and_gamma((4, 6), d, gamma_dtype=torch.complex64), 1e-6),
+        rf"gamma has dtype torch\.complex64; accepted: {_DTYPES}",
     ),
     # devices
     Violation(
@@ -198,11 +198,11 @@ CONTRACT_VIOLATIONS: tuple[Violation, ...] = (
         lambda d: {"residual": torch.ones(1, 6, device=d)},
     ),
     Violation(
-        "residual_float64",
+        "residual_complex64",
         "residual",
         lambda d: (*_x_and_gamma((4, 6), d), 1e-6),
-        rf"residual has dtype torch\.float64; accepted: {_DTYPES}",
-        lambda d: {"residual": torch.ones(4, 6, device=d, dtype=torch.float64)},
+        rf"residual has dtype torch\.complex64; accepted: {_DTYPES}",
+        lambda d: {"residual": torch.ones(4, 6, device=d, dtype=torch.complex64)},
     ),
     Violation(
         "residual_on_meta",
@@ -256,10 +256,10 @@ CONTRACT_VIOLATIONS: tuple[Violation, ...] = (
     ),
     Violation("no_rows_eps_zero", "eps", lambda d: (*_x_and_gamma((0, 6), d), 0.0), rf"eps is 0\.0; accepted: {_EPS}"),
     Violation(
-        "no_rows_x_float64",
+        "no_rows_x_complex64",
         "x",
-        lambda d: (*_x_and_gamma((0, 6), d, dtype=torch.float64), 1e-6),
-        rf"x has dtype torch\.float64; accepted: {_DTYPES}",
+        lambda d: (*_x_and_gamma((0, 6), d, dtype=torch.complex64), 1e-6),
+        rf"x has dtype torch\.complex64; accepted: {_DTYPES}",
     ),
     Violation(
         "no_rows_devices_differ",

@@ -49,7 +49,7 @@ def block_mean_kernel(name: str):
 
     source = (
         "import triton\nimport triton.language as tl\n\n"
-        "from rmsnorm_kernel.ops.kernels import _rounded, _scale, _silu_grad  # the kernels' helpers\n\n\n"
+        "from rmsnorm_kernel.ops.kernels import _inv_sqrt, _rounded, _scale, _silu_grad  # the kernels' helpers\n\n\n"
         + block_mean_source(getattr(kernels, name))
     )
     folder = Path(tempfile.mkdtemp(prefix="rmsnorm_kernel_mutants_"))
@@ -110,6 +110,7 @@ def forward_block_mean(x: torch.Tensor, gamma: torch.Tensor, eps: float, activat
         ROUND_NORM=False,
         WEIGHT_OFFSET=False,
         RESIDUAL=False,
+        FP64=x.dtype == torch.float64,
         num_warps=p.fwd_warps,
     )
     return y
@@ -149,6 +150,7 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
         ROUND_NORM=False,
         WEIGHT_OFFSET=False,
         HAS_DH=False,
+        FP64=x.dtype == torch.float64,
         num_warps=p.bwd_warps,
     )
     return dx
