@@ -47,6 +47,12 @@ BWD_TILE_BYTES = 16 * 1024
 BWD_MAX_WARPS = 8
 BWD_PROGRAMS_PER_SM = 1
 BWD_STAGES = 4
+# Backward, narrow rows (x's rows of at most NARROW_ROW_BYTES): occupancy set by the GPU, not by N
+NARROW_ROW_BYTES = 2048
+NARROW_MAX_ROWS_PER_TILE = 128
+NARROW_WARPS = 4
+NARROW_PROGRAMS_PER_SM = 2
+NARROW_STAGES = 3
 SINGLE_PROGRAM_ELEMENTS = 65536
 SINGLE_TILE_ELEMENTS = 4096
 SINGLE_WARPS = 4
@@ -227,8 +233,12 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
         )
     block_m, warps = backward_tile(block_n, x_bytes)
     tiles = triton.cdiv(rows, block_m)
-    programs = min(tiles, BWD_PROGRAMS_PER_SM * gpu.sms)
-    stages = stages_that_fit(BWD_STAGES, 2 * block_m * block_n * x_bytes, gpu.smem_bytes) if programs < tiles else 1
+    narrow = block_n * x_bytes <= NARROW_ROW_BYTES
+    per_sm, wanted = (NARROW_PROGRAMS_PER_SM, NARROW_STAGES) if narrow else (BWD_PROGRAMS_PER_SM, BWD_STAGES)
+    programs = min(tiles, per_sm * gpu.sms)
+    # the pipelines of the programs a multiprocessor holds share its shared memory
+    smem = gpu.smem_bytes // per_sm
+    stages = stages_that_fit(wanted, 2 * block_m * block_n * x_bytes, smem) if programs < tiles else 1
     return dict(
         bwd_branch="whole_rows",
         bwd_block_m=block_m,
@@ -244,7 +254,13 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
 def backward_tile(block_n: int, x_bytes: int) -> tuple[int, int]:
     """(rows per tile, warps) of the whole-row backward: ``BWD_TILE_BYTES`` of x a tile, warps that span
     one row with one 16-byte vector a thread (at most ``BWD_MAX_WARPS``), so that the per-column dgamma
-    sum over the tile's rows stays inside each thread."""
+    sum over the tile's rows stays inside each thread. Rows of at most ``NARROW_ROW_BYTES`` (per-head q/k
+    norms, small models) would get one or two warps that way, and the GPU too few warps to hide latency:
+    they take ``NARROW_WARPS`` whatever N, as many rows as ``BWD_TILE_BYTES`` holds (at most
+    ``NARROW_MAX_ROWS_PER_TILE``), and ``_backward`` gives
+    them ``NARROW_PROGRAMS_PER_SM`` programs a multiprocessor."""
+    if block_n * x_bytes <= NARROW_ROW_BYTES:
+        return min(NARROW_MAX_ROWS_PER_TILE, BWD_TILE_BYTES // (block_n * x_bytes)), NARROW_WARPS
     block_m = max(1, min(MAX_ROWS_PER_TILE, BWD_TILE_BYTES // (block_n * x_bytes)))
     return block_m, max(1, min(BWD_MAX_WARPS, block_n * x_bytes // (16 * 32)))
 
