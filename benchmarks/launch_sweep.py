@@ -37,8 +37,10 @@ from .timing import Timer, copy_ceiling, cuda_timer
 
 #: name -> the launch constants it overrides.
 VARIANTS: dict[str, dict[str, float]] = {
-    # small problems: persistent programs and a dgamma column sum instead of one program
-    "single_off": {"SINGLE_PROGRAM_ELEMENTS": 0},
+    # small problems: the tile of larger ones, so fewer programs
+    "small_tiles_off": {"BWD_MIN_TILES_PER_SM": 0},
+    # narrow rows: the warps, programs and stages of wider ones
+    "narrow_off": {"NARROW_ROW_BYTES": 0},
     # whole rows padded to a power of two for every N up to ROW_LIMIT, instead of chunks
     "whole_rows_fwd": {"WHOLE_ROW_FWD_LIMIT": 8192},
     # the chunked forward: half the L2 share, so more warps and fewer programs
@@ -56,7 +58,8 @@ VARIANTS: dict[str, dict[str, float]] = {
 }
 #: (M, N, dtype) -> the variants timed there, after the base plan.
 SHAPES: dict[tuple[int, int, str], tuple[str, ...]] = {
-    (128, 257, "float32"): ("single_off",),
+    (128, 257, "float32"): ("small_tiles_off",),
+    (262144, 256, "bfloat16"): ("narrow_off",),
     (16384, 5120, "bfloat16"): ("whole_rows_fwd",),
     (16384, 7168, "bfloat16"): ("l2_share_0.2",),
     (65536, 2048, "bfloat16"): ("bwd_tile_8k", "bwd_s3"),

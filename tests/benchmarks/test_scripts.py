@@ -63,20 +63,20 @@ class FasterEachTime:
 
 
 def test_a_sweep_checks_every_variant_against_the_oracle(device):
-    """At 4x257 the backward runs as a single program; ``single_off`` sends it through the persistent
-    kernel and the column sum instead. Both plans must give the oracle's answer."""
+    """At 40x257 float32 the rows are narrow: two backward programs a multiprocessor; ``narrow_off`` gives
+    them one. Both plans must give the oracle's answer."""
     timer = FasterEachTime()
     rows, plans = launch_sweep.run_sweep(
-        {(4, 257, "float32"): ("single_off",)}, device, timer, None, log=lambda s: None
+        {(40, 257, "float32"): ("narrow_off",)}, device, timer, None, log=lambda s: None
     )
     assert [(r.impl, r.mode) for r in rows] == [
         ("base", FWD),
         ("base", FWD_BWD),
-        ("single_off", FWD),
-        ("single_off", FWD_BWD),
+        ("narrow_off", FWD),
+        ("narrow_off", FWD_BWD),
     ]
     assert all(r.ok for r in rows) and timer.calls == 4
-    assert "partial_rows=0" in plans[1] and "partial_rows=0" not in plans[3]
+    assert "partial_rows=4" in plans[1] and "partial_rows=2" in plans[3]  # on the interpreter's 2 multiprocessors
     assert [r.winner for r in rows] == [False, False, True, True]  # the variant, timed last, is faster in both modes
 
 
@@ -192,7 +192,7 @@ def test_launch_sweep_writes_its_rows_with_their_plans(tmp_path, monkeypatch, ca
     monkeypatch.setattr(launch_sweep.torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(launch_sweep, "copy_ceiling", lambda: 2e12)
     monkeypatch.setattr(launch_sweep, "cuda_timer", lambda *a, **k: FasterEachTime())
-    monkeypatch.setattr(launch_sweep, "SHAPES", {(4, 257, "float32"): ("single_off",)})
+    monkeypatch.setattr(launch_sweep, "SHAPES", {(40, 257, "float32"): ("narrow_off",)})
     real_run_sweep = launch_sweep.run_sweep
     monkeypatch.setattr(launch_sweep, "run_sweep", lambda shapes, dev, *a: real_run_sweep(shapes, device, *a))
     assert launch_sweep.main(["--json", str(tmp_path / "out" / "sweep.json")]) == 0
@@ -201,11 +201,11 @@ def test_launch_sweep_writes_its_rows_with_their_plans(tmp_path, monkeypatch, ca
     assert [(r["impl"], r["mode"]) for r in data["rows"]] == [
         ("base", FWD),
         ("base", FWD_BWD),
-        ("single_off", FWD),
-        ("single_off", FWD_BWD),
+        ("narrow_off", FWD),
+        ("narrow_off", FWD_BWD),
     ]
     assert all(r["ok"] and r["plan"] for r in data["rows"])
-    assert "single_off" in capsys.readouterr().out
+    assert "narrow_off" in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -109,17 +109,14 @@ def test_stages_that_fit_gives_the_deepest_pipeline_that_fits(smem_bytes):
 
 def test_dgamma_partials_are_bounded_by_the_gpu_whatever_the_rows():
     """The float64 partials hold P rows of N (P * N * 8 bytes): P is at most ``PARTIAL_ROWS_PER_SM`` a
-    multiprocessor, never grows with the rows, and one program writes dgamma itself exactly when there are
-    none."""
+    multiprocessor and never grows with the rows."""
     for key, gpu, args in PROBLEMS:
         p = launch.plan(*args)
-        assert 0 <= p.partial_rows <= PARTIAL_ROWS_PER_SM * gpu.sms, (key, p)
+        assert 1 <= p.partial_rows <= PARTIAL_ROWS_PER_SM * gpu.sms, (key, p)
         # the whole backward grid too, unless a row has more column segments than that: then one program each
         programs, segments = p.bwd_grid
         assert programs * segments <= max(PARTIAL_ROWS_PER_SM * gpu.sms, segments), (key, p)
-        assert (p.partial_rows == 0) == (p.bwd_branch == "single_program"), (key, p)
-        if p.partial_rows:
-            assert p.bwd_grid[0] == p.partial_rows, (key, p)  # one partial row per program along the rows
+        assert p.bwd_grid[0] == p.partial_rows, (key, p)  # one partial row per program along the rows
     for gpu, (x_bytes, gamma_bytes), n, vec in itertools.product(GPUS.values(), ELEMENT_BYTES.values(), NS, VECS):
         if vec is None or (n % vec == 0 and vec * x_bytes <= 16):
             many = {launch.plan(m, n, gpu, vec, x_bytes, gamma_bytes).partial_rows for m in (10**5, 10**6, 10**8)}
@@ -217,8 +214,8 @@ BRANCH_CASES = [
     Case("fwd", "whole_rows_persistent", "H200", (17, 257), F32),  # rows off 16-byte boundaries
     Case("fwd", "whole_rows", "small", (3, 7000), BF16),  # no chunk fits its L2 share
     Case("fwd", "whole_rows_persistent", "interpreter", (7, 4097), F16),  # more tiles than programs
-    Case("bwd", "single_program", "H200", (17, 257), F32),
-    Case("bwd", "single_program", "H200", (60, 600), BF16, F32),  # several tiles: pipelined
+    Case("bwd", "whole_rows", "H200", (17, 257), F32),  # a small problem: one row a tile
+    Case("bwd", "whole_rows", "interpreter", (60, 600), BF16, F32),  # narrow rows, several tiles a program
     Case("bwd", "whole_rows", "interpreter", (40, 2048), F32),  # more tiles than programs
     Case("bwd", "whole_rows", "small", (33, 3000), F16),
     Case("bwd", "looped", "interpreter", (5, 8193), F32),

@@ -191,7 +191,7 @@ def _rmsnorm_bwd_kernel(
     DH,
     GAMMA,
     DX,
-    DGAMMA_OUT,
+    PARTIAL,
     CALLS,
     M,
     N,
@@ -202,7 +202,6 @@ def _rmsnorm_bwd_kernel(
     eps,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    FINAL: tl.constexpr,
     STAGES: tl.constexpr,
     VEC: tl.constexpr,
     SILU: tl.constexpr,
@@ -248,10 +247,7 @@ def _rmsnorm_bwd_kernel(
         tl.store(DX + rows[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty), mask=mask)
         # Masked rows and lanes hold dy = x = 0: they add nothing.
         dgamma_acc += tl.sum(dy * n, axis=0).to(tl.float64)
-    if FINAL:  # the only program: this is dgamma itself, in gamma's dtype
-        tl.store(DGAMMA_OUT + cols, _rounded(dgamma_acc.to(ACC), DGAMMA_OUT.dtype.element_ty), mask=col_mask)
-    else:  # row pid of the (P, N) float64 partials
-        tl.store(DGAMMA_OUT + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)
+    tl.store(PARTIAL + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)  # row pid of the (P, N) partials
 
 
 # --------------------------------------------------------------------------------------------------
@@ -695,8 +691,7 @@ def rmsnorm_backward(
             num_warps=p.bwd_warps,
         )
     else:
-        final = p.partial_rows == 0
-        partial = dgamma if final else torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
+        partial = torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
         launch(_rmsnorm_bwd_kernel)[p.bwd_grid[:1]](
             dy2,
             x2,
@@ -714,7 +709,6 @@ def rmsnorm_backward(
             eps,
             BLOCK_M=p.bwd_block_m,
             BLOCK_N=p.bwd_block_n,
-            FINAL=final,
             STAGES=p.bwd_stages,
             VEC=vec,
             SILU=activation == "silu",
@@ -724,8 +718,6 @@ def rmsnorm_backward(
             FP64=fp64,
             num_warps=p.bwd_warps,
         )
-        if final:
-            return dx, dgamma
     launch(_dgamma_column_sum_kernel)[(triton.cdiv(n, SUM_BLOCK_N),)](
         partial,
         dgamma,

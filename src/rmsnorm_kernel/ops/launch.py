@@ -11,8 +11,9 @@ The rules are the code below, in this order:
   16-byte vectors and whether their rows in flight fit the GPU's L2 (``chunked_forward``); the tile comes
   from ``whole_row_tile``, ``chunked_forward`` or ``looped_forward_chunk``, and rows read without 16-byte
   vectors get a persistent grid sized by the multiprocessors.
-- ``_backward`` picks one of ``BACKWARD_BRANCHES`` from N and the problem's size; its persistent grid,
-  sized by the multiprocessors alone, is also the number of rows of dgamma partials.
+- ``_backward`` picks one of ``BACKWARD_BRANCHES`` from N; the tile comes from ``backward_tile``, smaller
+  for problems of few rows; its persistent grid, sized by the multiprocessors alone, is also the number of
+  rows of dgamma partials.
 - ``stages_that_fit`` cuts every pipeline to the GPU's shared memory.
 - ``vector_width`` and ``plan_for``: the plan for the tensors at hand, on their device's GPU.
 
@@ -53,9 +54,8 @@ NARROW_MAX_ROWS_PER_TILE = 128
 NARROW_WARPS = 4
 NARROW_PROGRAMS_PER_SM = 2
 NARROW_STAGES = 3
-SINGLE_PROGRAM_ELEMENTS = 65536
-SINGLE_TILE_ELEMENTS = 4096
-SINGLE_WARPS = 4
+# Backward, small problems: tiles shrink until there are at least this many a multiprocessor
+BWD_MIN_TILES_PER_SM = 0.5
 # Backward, rows longer than ROW_LIMIT
 LOOP_STAGES = 3
 STATS_BLOCK_N = 2048
@@ -76,7 +76,7 @@ DEFAULT_SMEM_BYTES = 48 * 1024
 #: The forward's branches, in the order ``_forward`` tries them.
 FORWARD_BRANCHES = ("one_chunk", "chunks", "quarter_chunks", "whole_rows", "whole_rows_persistent")
 #: The backward's branches, in the order ``_backward`` tries them.
-BACKWARD_BRANCHES = ("looped", "single_program", "whole_rows")
+BACKWARD_BRANCHES = ("looped", "whole_rows")
 
 
 @dataclass(frozen=True)
@@ -122,8 +122,8 @@ class Plan:
     bwd_block_m: int
     bwd_block_n: int
     bwd_warps: int
-    #: Rows of the float64 dgamma partials = persistent backward programs along the rows (0: none, the
-    #: single program writes dgamma itself). Bounded by the GPU, never by the number of rows.
+    #: Rows of the float64 dgamma partials = persistent backward programs along the rows. Bounded by the
+    #: GPU, never by the number of rows.
     partial_rows: int
     #: Backward grid: (programs along rows, column segments).
     bwd_grid: tuple[int, int]
@@ -216,22 +216,11 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
             stats_block_n=STATS_BLOCK_N,
             stats_warps=STATS_WARPS,
         )
-    no_stats = dict(stats_block_n=0, stats_warps=0)
-    if rows * block_n <= SINGLE_PROGRAM_ELEMENTS:  # one program that writes dgamma itself: one launch fewer
-        # int(): a symbolic row count (see plan_for) is specialized here, for problems this small only.
-        block_m = min(triton.next_power_of_2(int(rows)), max(1, SINGLE_TILE_ELEMENTS // block_n))
-        stages = stages_that_fit(BWD_STAGES, 2 * block_m * block_n * x_bytes, gpu.smem_bytes) if rows > block_m else 1
-        return dict(
-            bwd_branch="single_program",
-            bwd_block_m=block_m,
-            bwd_block_n=block_n,
-            bwd_warps=max(1, min(SINGLE_WARPS, block_m * block_n // 32)),
-            partial_rows=0,
-            bwd_grid=(1, 1),
-            bwd_stages=stages,
-            **no_stats,
-        )
     block_m, warps = backward_tile(block_n, x_bytes)
+    min_tiles = max(1, int(BWD_MIN_TILES_PER_SM * gpu.sms))
+    if rows < min_tiles * block_m:  # a small problem: smaller tiles, so that the GPU gets more programs
+        # int(): a symbolic row count (see plan_for) is specialized here, for problems this small only.
+        block_m = min(block_m, triton.next_power_of_2(triton.cdiv(int(rows), min_tiles)))
     tiles = triton.cdiv(rows, block_m)
     narrow = block_n * x_bytes <= NARROW_ROW_BYTES
     per_sm, wanted = (NARROW_PROGRAMS_PER_SM, NARROW_STAGES) if narrow else (BWD_PROGRAMS_PER_SM, BWD_STAGES)
@@ -247,7 +236,8 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
         partial_rows=programs,
         bwd_grid=(programs, 1),
         bwd_stages=stages,
-        **no_stats,
+        stats_block_n=0,
+        stats_warps=0,
     )
 
 

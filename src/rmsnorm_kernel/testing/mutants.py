@@ -143,7 +143,6 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
         eps,
         BLOCK_M=p.bwd_block_m,
         BLOCK_N=p.bwd_block_n,
-        FINAL=False,
         STAGES=p.bwd_stages,
         VEC=1,
         SILU=False,
