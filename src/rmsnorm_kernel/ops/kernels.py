@@ -46,6 +46,8 @@ gamma that is not contiguous too. Row offsets are 64-bit: ``row * stride`` may p
 Each call counts itself on the device: program 0 of the forward kernel and of the first backward kernel
 adds 1 to a count whose address it reads from ``CALLS`` (``counters.py``: the first address for the
 forward, the second for the backward), so a call replayed from a CUDA graph is counted like any other.
+The add is relaxed: the count orders no other memory access, and an ordered add holds program 0 (and so
+a small call) back for longer.
 
 The launchers run eagerly, and also while ``torch.compile`` traces the registered op with fake tensors
 (``op.py``), with ``launch=torch.library.wrap_triton``: every kernel launch then goes into the graph, and
@@ -149,7 +151,7 @@ def _rmsnorm_fwd_kernel(
     # in which case STAGES > 1 lets Triton copy the next tile's x into shared memory (cp.async) while
     # this one is computed.
     if tl.program_id(0) == 0:  # count the call on the device, so that CUDA graph replays count too
-        tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1)  # see counters.py
+        tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     N, stride_x, stride_y = N // VEC * VEC, stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads
     stride_res, stride_h = stride_res // VEC * VEC, stride_h // VEC * VEC
     cols = tl.arange(0, BLOCK_N)
@@ -214,7 +216,7 @@ def _rmsnorm_bwd_kernel(
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     if pid == 0:  # count the call on the device
-        tl.atomic_add(tl.load(CALLS + 1).to(tl.pointer_type(tl.int64)), 1)  # see counters.py
+        tl.atomic_add(tl.load(CALLS + 1).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     N = N // VEC * VEC  # vector loads
     stride_dy, stride_x, stride_dx = stride_dy // VEC * VEC, stride_x // VEC * VEC, stride_dx // VEC * VEC
     stride_dh = stride_dh // VEC * VEC
@@ -282,7 +284,7 @@ def _rmsnorm_fwd_chunked_kernel(
     ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
     # One program per row (a persistent loop over rows measured slower, docs/performance-notes.md).
     if tl.program_id(0) == 0:  # count the call on the device
-        tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1)  # see counters.py
+        tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     N, stride_x, stride_y = N // VEC * VEC, stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads
     stride_res, stride_h = stride_res // VEC * VEC, stride_h // VEC * VEC
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride may pass 2**31
@@ -364,7 +366,7 @@ def _rmsnorm_bwd_row_stats_kernel(
     ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
     # Per row: r, and coef = r^3 * mean(u * x), the two numbers dx = r * u - x * coef needs.
     if tl.program_id(0) == 0:  # count the call on the device
-        tl.atomic_add(tl.load(CALLS + 1).to(tl.pointer_type(tl.int64)), 1)  # see counters.py
+        tl.atomic_add(tl.load(CALLS + 1).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     N, stride_dy, stride_x = N // VEC * VEC, stride_dy // VEC * VEC, stride_x // VEC * VEC  # vector loads
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)

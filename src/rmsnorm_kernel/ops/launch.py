@@ -35,6 +35,11 @@ ROW_LIMIT = 8192
 WHOLE_ROW_FWD_LIMIT = 2048
 TILE_ELEMENTS = 2048
 MAX_ROWS_PER_TILE = 16
+# Lanes a thread takes in a whole-row forward tile read in 16-byte vectors: rows of at least
+# WIDE_TILE_ROW_LANES lanes, and the narrower ones
+FWD_LANES_PER_THREAD = 64
+NARROW_FWD_LANES_PER_THREAD = 16
+WIDE_TILE_ROW_LANES = 512
 UNALIGNED_FWD_PROGRAMS_PER_SM = 2
 UNALIGNED_FWD_STAGES = 2
 TWO_PASS_ROW_BYTES = 16 * 1024
@@ -42,7 +47,7 @@ TWO_PASS_WARPS = 8
 L2_SHARE = 0.4
 CHUNKED_FWD_WARPS = (4, 8, 16)
 CHUNK_ELEMENTS_PER_THREAD = 4
-LOOP_FWD_MAX_CHUNK = 32768
+LOOP_FWD_MAX_CHUNK = 8192
 # Backward, whole rows
 BWD_TILE_BYTES = 16 * 1024
 BWD_MAX_WARPS = 8
@@ -158,7 +163,7 @@ def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int) -> dict:
         chunk, warps = looped_forward_chunk(block_n)
         return dict(fwd_branch="quarter_chunks", looped=True, block_n=chunk, fwd_warps=warps, **two_pass)
     # Whole rows: all that is left, including rows that ``chunked_forward`` refuses on a GPU of small L2.
-    block_m, warps = whole_row_tile(block_n)
+    block_m, warps = whole_row_tile(block_n, aligned)
     tiles = triton.cdiv(rows, block_m)
     whole = dict(looped=False, fwd_two_pass=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps)
     if aligned:
@@ -186,16 +191,20 @@ def chunked_forward(n: int, x_bytes: int, gpu: Gpu) -> tuple[int, int] | None:
 
 def looped_forward_chunk(block_n: int) -> tuple[int, int]:
     """(chunk, warps) of the two-pass forward over rows of more than ``ROW_LIMIT`` lanes that
-    ``chunked_forward`` does not take: quarter rows (half rows from ``2 * LOOP_FWD_MAX_CHUNK`` lanes)."""
-    chunk = block_n // 2 if block_n >= 2 * LOOP_FWD_MAX_CHUNK else block_n // 4
-    return min(chunk, LOOP_FWD_MAX_CHUNK), 16 if block_n <= 16384 else 32
+    ``chunked_forward`` does not take: quarter rows, at most ``LOOP_FWD_MAX_CHUNK`` lanes, so that the
+    last chunk of a row that is not a power of two is mostly data (N = 40960: five full chunks)."""
+    return min(block_n // 4, LOOP_FWD_MAX_CHUNK), 16 if block_n <= 16384 else 32
 
 
-def whole_row_tile(block_n: int) -> tuple[int, int]:
+def whole_row_tile(block_n: int, aligned: bool = True) -> tuple[int, int]:
     """(rows per tile, warps) of the whole-row forward for rows of BLOCK_N lanes: about
-    ``TILE_ELEMENTS`` lanes a tile, at most ``MAX_ROWS_PER_TILE`` rows."""
+    ``TILE_ELEMENTS`` lanes a tile, at most ``MAX_ROWS_PER_TILE`` rows; ``FWD_LANES_PER_THREAD`` lanes a
+    thread for rows of at least ``WIDE_TILE_ROW_LANES`` read in 16-byte vectors (``aligned``), which keeps
+    more rows in flight per warp, ``NARROW_FWD_LANES_PER_THREAD`` otherwise."""
     block_m = max(1, min(MAX_ROWS_PER_TILE, TILE_ELEMENTS // block_n))
-    return block_m, max(1, min(8, block_m * block_n // 512))
+    wide = aligned and block_n >= WIDE_TILE_ROW_LANES
+    lanes = FWD_LANES_PER_THREAD if wide else NARROW_FWD_LANES_PER_THREAD
+    return block_m, max(1, min(8, block_m * block_n // (32 * lanes)))
 
 
 def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> dict:
