@@ -63,11 +63,11 @@ class FasterEachTime:
 
 
 def test_a_sweep_checks_every_variant_against_the_oracle(device):
-    """At 40x257 float32 the rows are narrow: two backward programs a multiprocessor; ``narrow_off`` gives
-    them one. Both plans must give the oracle's answer."""
+    """At 1200x257 float32 the rows are narrow, with more tiles than programs on any GPU: two backward
+    programs a multiprocessor; ``narrow_off`` gives them one. Both plans must give the oracle's answer."""
     timer = FasterEachTime()
     rows, plans = launch_sweep.run_sweep(
-        {(40, 257, "float32"): ("narrow_off",)}, device, timer, None, log=lambda s: None
+        {(1200, 257, "float32"): ("narrow_off",)}, device, timer, None, log=lambda s: None
     )
     assert [(r.impl, r.mode) for r in rows] == [
         ("base", FWD),
@@ -76,7 +76,7 @@ def test_a_sweep_checks_every_variant_against_the_oracle(device):
         ("narrow_off", FWD_BWD),
     ]
     assert all(r.ok for r in rows) and timer.calls == 4
-    assert "partial_rows=4" in plans[1] and "partial_rows=2" in plans[3]  # on the interpreter's 2 multiprocessors
+    assert plans[1] != plans[3]
     assert [r.winner for r in rows] == [False, False, True, True]  # the variant, timed last, is faster in both modes
 
 
