@@ -53,7 +53,7 @@ VARIANTS: dict[str, dict[str, float]] = {
     # looped rows: the backward's pipeline depth and statistics chunk, the forward's chunk, the grid
     "loop_s2": {"LOOP_STAGES": 2},
     "stats_8192_w16": {"STATS_BLOCK_N": 8192, "STATS_WARPS": 16},
-    "loop_chunk32768": {"LOOP_FWD_MAX_CHUNK": 32768},
+    "loop_chunk8192": {"LOOP_FWD_MAX_CHUNK": 8192},
     "seg_pps4": {"SEG_PROGRAMS_PER_SM": 4},
 }
 #: (M, N, dtype) -> the variants timed there, after the base plan.
@@ -65,7 +65,7 @@ SHAPES: dict[tuple[int, int, str], tuple[str, ...]] = {
     (65536, 2048, "bfloat16"): ("bwd_tile_8k", "bwd_s3"),
     (8192, 4097, "float16"): ("unaligned_pps4_s3",),
     (16384, 9216, "bfloat16"): ("stats_8192_w16",),
-    (2048, 65536, "bfloat16"): ("loop_s2", "loop_chunk32768", "seg_pps4"),
+    (2048, 65536, "bfloat16"): ("loop_s2", "loop_chunk8192", "seg_pps4"),
 }
 BASE = "base"
 

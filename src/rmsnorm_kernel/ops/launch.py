@@ -47,7 +47,8 @@ TWO_PASS_WARPS = 8
 L2_SHARE = 0.4
 CHUNKED_FWD_WARPS = (4, 8, 16)
 CHUNK_ELEMENTS_PER_THREAD = 4
-LOOP_FWD_MAX_CHUNK = 8192
+LOOP_FWD_MAX_CHUNK = 32768
+PADDED_LOOP_FWD_MAX_CHUNK = 8192
 # Backward, whole rows
 BWD_TILE_BYTES = 16 * 1024
 BWD_MAX_WARPS = 8
@@ -160,7 +161,7 @@ def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int) -> dict:
         chunk, warps = chunked
         return dict(fwd_branch="chunks", looped=block_n > ROW_LIMIT, block_n=chunk, fwd_warps=warps, **two_pass)
     if block_n > ROW_LIMIT:
-        chunk, warps = looped_forward_chunk(block_n)
+        chunk, warps = looped_forward_chunk(n)
         return dict(fwd_branch="quarter_chunks", looped=True, block_n=chunk, fwd_warps=warps, **two_pass)
     # Whole rows: all that is left, including rows that ``chunked_forward`` refuses on a GPU of small L2.
     block_m, warps = whole_row_tile(block_n, aligned)
@@ -189,11 +190,17 @@ def chunked_forward(n: int, x_bytes: int, gpu: Gpu) -> tuple[int, int] | None:
     return None
 
 
-def looped_forward_chunk(block_n: int) -> tuple[int, int]:
-    """(chunk, warps) of the two-pass forward over rows of more than ``ROW_LIMIT`` lanes that
-    ``chunked_forward`` does not take: quarter rows, at most ``LOOP_FWD_MAX_CHUNK`` lanes, so that the
-    last chunk of a row that is not a power of two is mostly data (N = 40960: five full chunks)."""
-    return min(block_n // 4, LOOP_FWD_MAX_CHUNK), 16 if block_n <= 16384 else 32
+def looped_forward_chunk(n: int) -> tuple[int, int]:
+    """(chunk, warps) of the two-pass forward over rows of N > ``ROW_LIMIT`` that ``chunked_forward``
+    does not take: quarter rows (half rows from ``2 * LOOP_FWD_MAX_CHUNK`` lanes), at most
+    ``LOOP_FWD_MAX_CHUNK`` lanes. Where that chunk does not divide N, at most
+    ``PADDED_LOOP_FWD_MAX_CHUNK``, so that the last chunk is mostly data (N = 40960: five full chunks of
+    8192, not two of 32768 of which the second is three quarters padding)."""
+    block_n = triton.next_power_of_2(n)
+    chunk = min(block_n // 2 if block_n >= 2 * LOOP_FWD_MAX_CHUNK else block_n // 4, LOOP_FWD_MAX_CHUNK)
+    if n % chunk:
+        chunk = min(chunk, PADDED_LOOP_FWD_MAX_CHUNK)
+    return chunk, 16 if block_n <= 16384 else 32
 
 
 def whole_row_tile(block_n: int, aligned: bool = True) -> tuple[int, int]:
