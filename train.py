@@ -1,8 +1,9 @@
-"""Train Linear -> RMSNorm -> SiLU -> Linear with the Triton or the reference RMSNorm path.
+"""Train Linear -> RMSNorm -> SiLU -> Linear, or a small language model, on a chosen RMSNorm path.
 
 python train.py                              # the defaults (conf/config.yaml): Triton path, seed 0
 python train.py norm=reference seed=3 trainer.max_steps=200 data.batch_size=64
 python train.py -m norm=reference,triton     # both paths from the same seed, then a side-by-side summary
+python train.py model=transformer -m norm=reference,native,triton   # the language model on every path
 """
 
 import sys
@@ -12,8 +13,8 @@ import hydra
 from omegaconf import DictConfig
 
 from rmsnorm_kernel.training import config  # noqa: F401  (registers the typed schema before Hydra composes)
+from rmsnorm_kernel.training.cli import flags_first, override_problem
 from rmsnorm_kernel.training.cli import main as train_main
-from rmsnorm_kernel.training.cli import override_problem
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -23,6 +24,7 @@ def main(cfg: DictConfig):
 
 if __name__ == "__main__":
     try:
+        sys.argv[1:] = flags_first(sys.argv[1:])
         problem = override_problem(sys.argv[1:], Path(__file__).resolve().parent / "conf")
         if problem is not None:
             print(f"train.py: configuration error: {problem}", file=sys.stderr, flush=True)

@@ -259,8 +259,8 @@ def test_a_triton_run_where_every_step_fell_back_fails_naming_the_count_and_the_
     code, line = exits(tmp_path, capsys, f"model.hidden_dim={MAX_N + 1}", "norm.fallback=reference")
     assert code == 1
     assert line == (
-        f"train.py: check failed: integration: no training step ran on Triton: 4 of 4 steps fell back to the "
-        f"reference (first reason: {REFUSED})"
+        "train.py: check failed: integration: no training step ran on Triton: 4 of 4 norm calls in 4 steps fell "
+        f"back to the reference (first reason: {REFUSED})"
     )
 
 
@@ -450,3 +450,9 @@ def test_a_resume_with_nothing_to_do_writes_nothing_not_even_a_hydra_folder(tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1].startswith("train.py: nothing to do: ")
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_multirun_flag_after_an_override_is_moved_before_the_overrides():
+    assert cli.flags_first(["model=transformer", "-m", "norm=a,b"]) == ["-m", "model=transformer", "norm=a,b"]
+    assert cli.flags_first(["seed=1", "--multirun"]) == ["--multirun", "seed=1"]
+    assert cli.flags_first(["seed=1", "norm=triton"]) == ["seed=1", "norm=triton"]

@@ -97,6 +97,36 @@ def test_out_of_range_values_are_refused_by_validate(override, message):
         validate(cfg)
 
 
+def test_the_transformer_preset_sets_a_decoder_on_text_and_leaves_the_regression_keys_null():
+    cfg = compose_cfg(["model=transformer"])
+    assert cfg.model.kind == "transformer" and cfg.model.qk_norm is False
+    assert (cfg.model.input_dim, cfg.model.hidden_dim, cfg.model.output_dim, cfg.data.noise) == (None,) * 4
+    validate(cfg)
+    assert compose_cfg(["model=transformer"]).trainer == compose_cfg().trainer
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["model.kind=cnn"], r"model.kind is 'cnn'; accepted: mlp, transformer"),
+        (["model.dim=64"], r"model.dim is 64, a setting of model.kind transformer; accepted: null with model.kind mlp"),
+        (
+            ["model.kind=transformer"],
+            r"model.input_dim is 64, a setting of model.kind mlp; accepted: null with model.kind transformer",
+        ),
+        (["model=transformer", "model.layers=null"], r"model.layers is null; accepted: a value, which model.kind"),
+        (["model=transformer", "model.layers=0"], r"model.layers is 0; accepted: an integer >= 1"),
+        (["model=transformer", "model.dim=30"], r"model.dim is 30 with model.heads 4; accepted: a dim that the heads"),
+        (["model=transformer", "model.dim=36"], r"model.dim is 36 with model.heads 4"),  # heads of 9: odd
+        (["model=transformer", "data.noise=0.1"], r"data.noise is 0.1; accepted: null with model.kind transformer"),
+        (["data.noise=null"], r"data.noise is None; accepted: a number >= 0 with model.kind mlp"),
+    ],
+)
+def test_a_network_setting_its_kind_does_not_take_is_refused(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(compose_cfg(overrides))
+
+
 @pytest.fixture(scope="module")
 def base_cfg():
     return compose_cfg()

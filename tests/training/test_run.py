@@ -244,7 +244,8 @@ def test_fallback_to_the_reference_is_counted_in_tensorboard(tmp_path, caplog):
         result = train(tmp_path, "norm.fallback=reference", f"model.hidden_dim={MAX_N + 1}", "trainer.max_steps=3")
     # every step fell back as allowed, and the integration check says no step ran on Triton
     assert result.failures == [
-        "integration: no training step ran on Triton: 3 of 3 steps fell back to the reference (first reason: "
+        "integration: no training step ran on Triton: 3 of 3 norm calls in 3 steps fell back to the reference "
+        "(first reason: "
         f"rmsnorm (triton): x has rows of N = {MAX_N + 1} elements; accepted: N <= {MAX_N})"
     ]
     assert "using the reference path (fallback='reference')" in caplog.text

@@ -119,6 +119,7 @@ def row(name, test_mse, ok=True, step_ms=2.0, backend="cuda"):
         "path": name.split("_")[0],
         "backend": backend,
         "steps": 100,
+        "loss_name": "mse",
         "train/mse": 0.5,
         "val/mse": 0.25,
         "test/mse": test_mse,

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
@@ -23,7 +22,7 @@ from ..ops.contract import ContractError
 from ..ops.impls import IMPLS
 from ..ops.tolerances import TOLERANCES, compare
 from .model import TrainingStopped
-from .network import build_network
+from .network import build_network, loss
 
 
 class ParityError(TrainingStopped):
@@ -68,7 +67,7 @@ class Parity(L.Callback):
     reference, whichever path the run trains on.
 
     The verdict covers every compared path (``COMPARED``): a check passes when each path's outputs and
-    parameter gradients (of the MSE loss) agree with the reference's within the tolerance of
+    parameter gradients (of the network's loss, ``network.loss``) agree with the reference's within the tolerance of
     ``ops/tolerances.py`` for their dtype, and fails when any one of them does not, naming that path.
     The module itself, its path, weights and gradients are left as they were. The comparison runs in
     the dtype of the parameters: float32, also when training runs in mixed precision, or bfloat16 under
@@ -224,7 +223,7 @@ class Parity(L.Callback):
             net = build_network(**{**pl_module.network_kwargs(), "norm_impl": impl, "norm_fallback": None}).to(x.device)
             net.load_state_dict(state)
             out = net(x)
-            grads[impl] = torch.autograd.grad(F.mse_loss(out, y), list(net.parameters()))
+            grads[impl] = torch.autograd.grad(loss(pl_module.hparams.kind, out, y), list(net.parameters()))
             outs[impl] = out.detach()
         return outs, grads
 

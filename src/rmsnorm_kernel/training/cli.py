@@ -94,6 +94,12 @@ def resume_command(checkpoint: Path) -> str:
 HYDRA_FLAGS = ("-m", "--multirun")
 
 
+def flags_first(args: list[str]) -> list[str]:
+    """``args`` with ``HYDRA_FLAGS`` moved before the overrides: Hydra's parser refuses an override after
+    ``-m`` that follows another override (``model=transformer -m norm=a,b``), which reads the same."""
+    return [a for a in args if a in HYDRA_FLAGS] + [a for a in args if a not in HYDRA_FLAGS]
+
+
 def override_problem(args: list[str], config_dir: Path) -> str | None:
     """Hydra's refusal of the command line's overrides (a value of the wrong type, an unknown key or group
     option, a syntax error) as one line, or None when every job of the command composes.

@@ -35,10 +35,20 @@ class NormConfig:
 
 @dataclass
 class ModelConfig:
-    input_dim: int = MISSING
-    hidden_dim: int = MISSING
-    output_dim: int = MISSING
+    """``kind: mlp`` (``conf/model/default.yaml``) sets the first three sizes, ``kind: transformer``
+    (``conf/model/transformer.yaml``) the decoder's; the other kind's keys stay null."""
+
+    kind: str = MISSING
     lr: float = MISSING
+    input_dim: int | None = None
+    hidden_dim: int | None = None
+    output_dim: int | None = None
+    dim: int | None = None
+    layers: int | None = None
+    heads: int | None = None
+    mlp_hidden: int | None = None
+    seq_len: int | None = None
+    qk_norm: bool | None = None
 
 
 @dataclass
@@ -47,7 +57,7 @@ class DataConfig:
     train_size: int = MISSING
     val_size: int = MISSING
     test_size: int = MISSING
-    noise: float = MISSING
+    noise: float | None = None  # the regression's (model.kind mlp); null for text
     seed: int = MISSING
 
 
@@ -115,6 +125,12 @@ def register_configs() -> None:
 
 register_configs()
 
+#: The networks ``model.kind`` names (``network.build_network``), with the ``model`` keys each needs; the
+#: keys of the other kind must stay null.
+MODEL_KINDS = {
+    "mlp": ("input_dim", "hidden_dim", "output_dim"),
+    "transformer": ("dim", "layers", "heads", "mlp_hidden", "seq_len", "qk_norm"),
+}
 #: Lightning's precisions this run accepts; with bf16-true the whole network holds and computes bfloat16.
 PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true")
 #: Lightning's accelerators this run can use.
@@ -247,6 +263,37 @@ def check_float32(key: str, value: float, lowest: str) -> None:
         )
 
 
+def check_model(cfg: DictConfig) -> dict[str, int]:
+    """Refuse a ``model.kind`` not in ``MODEL_KINDS``, a key its network needs left null, a key of the other
+    kind set, and a transformer whose heads do not split ``dim`` into heads of an even size. Returns the
+    integer sizes of the chosen kind, which must be positive."""
+    kind = cfg.model.kind
+    if kind not in MODEL_KINDS:
+        raise ConfigError(f"model.kind is {kind!r}; accepted: {', '.join(MODEL_KINDS)}")
+    for other, keys in MODEL_KINDS.items():
+        for key in keys:
+            value = cfg.model[key]
+            if other == kind and value is None:
+                raise ConfigError(f"model.{key} is null; accepted: a value, which model.kind {kind} needs")
+            if other != kind and value is not None:
+                raise ConfigError(
+                    f"model.{key} is {value}, a setting of model.kind {other}; accepted: null with model.kind {kind}"
+                )
+    noise = cfg.data.noise
+    if (kind == "mlp") != (noise is not None):
+        accepted = "a number >= 0 with model.kind mlp" if kind == "mlp" else f"null with model.kind {kind}"
+        raise ConfigError(f"data.noise is {noise}; accepted: {accepted}")
+    sizes = {f"model.{key}": cfg.model[key] for key in MODEL_KINDS[kind] if key != "qk_norm"}
+    if kind == "transformer":
+        dim, heads = cfg.model.dim, cfg.model.heads
+        if heads >= 1 and dim >= 1 and (dim % heads or (dim // heads) % 2):
+            raise ConfigError(
+                f"model.dim is {dim} with model.heads {heads}; accepted: a dim that the heads split into "
+                "heads of an even size (rotary embeddings rotate pairs)"
+            )
+    return sizes
+
+
 def validate(cfg: DictConfig) -> None:
     """Refuse values the types allow but the run cannot use, naming the key, the value and what is accepted."""
     positive = {
@@ -258,9 +305,7 @@ def validate(cfg: DictConfig) -> None:
         "data.train_size": cfg.data.train_size,
         "data.val_size": cfg.data.val_size,
         "data.test_size": cfg.data.test_size,
-        "model.input_dim": cfg.model.input_dim,
-        "model.hidden_dim": cfg.model.hidden_dim,
-        "model.output_dim": cfg.model.output_dim,
+        **check_model(cfg),
         "checkpoint.every_n_steps": cfg.checkpoint.every_n_steps,
     }
     for key, value in positive.items():
@@ -271,7 +316,8 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(f"{key} is {value}; accepted: an integer from 0 to {SEED_MAX} (2**32 - 1)")
     for key, value in {"model.lr": cfg.model.lr, "norm.eps": cfg.norm.eps}.items():
         check_float32(key, value, "> 0")
-    check_float32("data.noise", cfg.data.noise, ">= 0")
+    if cfg.data.noise is not None:
+        check_float32("data.noise", cfg.data.noise, ">= 0")
     if cfg.parity.every_n_steps < 0:
         raise ConfigError(
             f"parity.every_n_steps is {cfg.parity.every_n_steps}; accepted: an integer >= 0 (0: only the initial check)"

@@ -1,4 +1,12 @@
-"""Synthetic regression data: a fixed random teacher network plus noise, generated from the data's own seed."""
+"""The training data, by ``model.kind``, as fixed train/validation/test splits of (input, target) rows:
+
+- ``SyntheticRegressionData`` (``mlp``): a fixed random teacher network plus noise, generated from the
+  data's own seed;
+- ``TextData`` (``transformer``): windows of bytes of Python's standard library (``text.py``), at
+  offsets drawn from the data's own seed, each target the window shifted by one byte.
+
+Both are ``SplitData``: training batches in an order that a step number alone fixes (``ResumableBatches``),
+evaluation splits sharded across processes without padding."""
 
 from __future__ import annotations
 
@@ -7,6 +15,8 @@ import hashlib
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
+
+from .text import split_bytes, windows
 
 
 def make_splits(
@@ -89,28 +99,20 @@ class ResumableBatches:
             yield self.x[idx], self.y[idx]
 
 
-class SyntheticRegressionData(L.LightningDataModule):
-    """Deterministic splits; training batches in an order fixed by ``shuffle_seed``, resumable at any step."""
+class SplitData(L.LightningDataModule):
+    """Deterministic splits (``self.train``, ``self.val``, ``self.test``, set by the subclass); training
+    batches in an order fixed by ``shuffle_seed``, resumable at any step. A subclass saves its
+    constructor's arguments as hyper-parameters: they are kept in checkpoints, and a resume must see the
+    same data."""
 
-    def __init__(
-        self,
-        input_dim: int,
-        output_dim: int,
-        batch_size: int,
-        train_size: int,
-        val_size: int,
-        test_size: int,
-        noise: float,
-        seed: int,
-        shuffle_seed: int,
-    ) -> None:
+    train: TensorDataset
+    val: TensorDataset
+    test: TensorDataset
+
+    def __init__(self, batch_size: int, shuffle_seed: int) -> None:
         super().__init__()
-        self.save_hyperparameters()  # kept in checkpoints: a resume must see the same data
         self.batch_size = batch_size
         self.shuffle_seed = shuffle_seed
-        self.train, self.val, self.test = make_splits(
-            input_dim, output_dim, (train_size, val_size, test_size), noise, seed
-        )
 
     def train_dataloader(self) -> ResumableBatches:
         # Lightning restores a checkpoint's global step before it asks for the training data.
@@ -142,3 +144,50 @@ class SyntheticRegressionData(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return DataLoader(self.shard(self.test), batch_size=self.batch_size)
+
+
+class SyntheticRegressionData(SplitData):
+    """The regression's splits (``make_splits``)."""
+
+    def __init__(
+        self,
+        input_dim: int,
+        output_dim: int,
+        batch_size: int,
+        train_size: int,
+        val_size: int,
+        test_size: int,
+        noise: float,
+        seed: int,
+        shuffle_seed: int,
+    ) -> None:
+        super().__init__(batch_size, shuffle_seed)
+        self.save_hyperparameters()
+        self.train, self.val, self.test = make_splits(
+            input_dim, output_dim, (train_size, val_size, test_size), noise, seed
+        )
+
+
+class TextData(SplitData):
+    """``train_size``, ``val_size`` and ``test_size`` windows of ``seq_len`` bytes from the training,
+    validation and test files of ``text.SPLIT_FILES`` (whole files per split, so no window of one split
+    overlaps another's text), at offsets drawn from ``seed`` (``seed + 1``, ``seed + 2`` for validation and
+    test)."""
+
+    def __init__(
+        self,
+        seq_len: int,
+        batch_size: int,
+        train_size: int,
+        val_size: int,
+        test_size: int,
+        seed: int,
+        shuffle_seed: int,
+    ) -> None:
+        super().__init__(batch_size, shuffle_seed)
+        self.save_hyperparameters()
+        sizes = {"train": train_size, "val": val_size, "test": test_size}
+        self.train, self.val, self.test = (
+            TensorDataset(*windows(split_bytes(split), seq_len, size, seed + i))
+            for i, (split, size) in enumerate(sizes.items())
+        )

@@ -43,36 +43,43 @@ def run_event_writer(logger: TensorBoardLogger) -> Iterator[FileWriter]:
 
 #: The optional path prefix of a parity tag (``callbacks.parity_name``): ``parity/native_output_err``.
 _PATH = f"(?:(?:{'|'.join(IMPLS)})_)?"
-#: TensorBoard's CUSTOM SCALARS page: the comparison of the paths on one page. Each chart draws the
-#: tags its regular expressions match, for every run shown, so ``tensorboard --logdir runs`` puts the
-#: reference, native and Triton runs side by side in each chart; the parity charts draw each compared
-#: path's numbers (``parity/output_err`` of Triton, ``parity/native_output_err``...).
-LAYOUT = {
-    "rmsnorm_kernel: the RMSNorm paths side by side": {
-        "train/mse": ["Multiline", [r"^train/mse$"]],
-        "val/mse": ["Multiline", [r"^val/mse$"]],
-        "parity: largest |difference| of outputs and gradients from the reference": [
-            "Multiline",
-            [rf"^parity/{_PATH}output_err$", rf"^parity/{_PATH}grad_err$"],
-        ],
-        "parity: worst difference / tolerance (passes at 1 or less)": [
-            "Multiline",
-            [rf"^parity/{_PATH}worst_over_tol$"],
-        ],
-        "time/step_ms and time/rmsnorm_ms (medians of each logging window)": [
-            "Multiline",
-            [r"^time/step_ms$", r"^time/rmsnorm_ms$"],
-        ],
-    }
+
+
+#: The charts of every run's page, after its losses (``layout``).
+CHARTS = {
+    "parity: largest |difference| of outputs and gradients from the reference": [
+        "Multiline",
+        [rf"^parity/{_PATH}output_err$", rf"^parity/{_PATH}grad_err$"],
+    ],
+    "parity: worst difference / tolerance (passes at 1 or less)": [
+        "Multiline",
+        [rf"^parity/{_PATH}worst_over_tol$"],
+    ],
+    "time/step_ms and time/rmsnorm_ms (medians of each logging window)": [
+        "Multiline",
+        [r"^time/step_ms$", r"^time/rmsnorm_ms$"],
+    ],
 }
 
 
-def write_layout(logger: TensorBoardLogger) -> None:
-    """``LAYOUT`` into the logger's run folder (each run carries it: TensorBoard shows it once)."""
+def layout(loss_name: str) -> dict:
+    """TensorBoard's CUSTOM SCALARS page: the comparison of the paths on one page. Each chart draws the
+    tags its regular expressions match, for every run shown, so ``tensorboard --logdir runs`` puts the
+    reference, native and Triton runs side by side in each chart; the parity charts draw each compared
+    path's numbers (``parity/output_err`` of Triton, ``parity/native_output_err``...). ``loss_name``: the
+    network's (``network.LOSS_NAMES``); the language model's runs also chart their validation perplexity."""
+    losses = {f"{split}/{loss_name}": ["Multiline", [rf"^{split}/{loss_name}$"]] for split in ("train", "val")}
+    if loss_name == "loss":
+        losses["val/ppl"] = ["Multiline", [r"^val/ppl$"]]
+    return {"rmsnorm_kernel: the RMSNorm paths side by side": {**losses, **CHARTS}}
+
+
+def write_layout(logger: TensorBoardLogger, loss_name: str) -> None:
+    """``layout(loss_name)`` into the logger's run folder (each run carries it: TensorBoard shows it once)."""
     from torch.utils.tensorboard.summary import custom_scalars
 
     with run_event_writer(logger) as writer:
-        writer.add_summary(custom_scalars(LAYOUT))
+        writer.add_summary(custom_scalars(layout(loss_name)))
 
 
 def read_scalars(log_dir: str | Path) -> dict[str, list[tuple[int, float]]]:

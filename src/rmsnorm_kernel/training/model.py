@@ -1,4 +1,5 @@
-"""The LightningModule that trains the demo network (``network.build_network``) with MSE and Adam."""
+"""The LightningModule that trains the demo networks (``network.build_network``) with Adam: the regression
+with its MSE, the language model with the cross-entropy of the next byte."""
 
 from __future__ import annotations
 
@@ -6,13 +7,12 @@ import math
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.trainer.states import TrainerFn
 
 from ..ops.backend import kernel_device_type
 from ..ops.contract import ContractError, check_forward
 from ..ops.counters import call_counts
-from .network import NETWORK_KEYS, build_network, input_dtype
+from .network import LOSS_NAMES, NETWORK_KEYS, build_network, fallback_count, loss, network_input, norm_layers
 
 #: Test-split rows whose outputs every checkpoint records, so an audit can re-run the saved network.
 PROBE_ROWS = 64
@@ -28,7 +28,10 @@ class NonFiniteLossError(TrainingStopped):
 
 
 class RMSNormRegressor(L.LightningModule):
-    """Regression with MSE and Adam; counts the Triton path's calls per stage.
+    """The network of ``kind`` trained with Adam on its loss (``network.loss``): the MSE of the
+    regression (``mlp``), logged as ``train/mse``, ``val/mse``, ``test/mse``; the cross-entropy of the
+    language model (``transformer``), logged as ``train/loss``, ``val/loss``, ``test/loss``, with the
+    perplexity of validation and test (``val/ppl``, ``test/ppl``). Counts the Triton path's calls per stage.
 
     A training step waits for nothing on the device: its loss, its finiteness and the Triton calls it
     made are read together every ``trainer.log_every_n_steps`` steps, before every checkpoint and at the
@@ -38,8 +41,9 @@ class RMSNormRegressor(L.LightningModule):
     (``rmsnorm_kernel.call_counts()``) are read at the edges of every other activity that may run the
     Triton path (validation, test, ``callbacks.Parity``, the probe outputs a checkpoint records), and the
     calls since the previous reading go to the stage that ran in between. Between those edges only
-    training steps run, so the training counts hold exactly the calls training made (one forward and one
-    backward per step on the Triton path). Counts are per process: under data parallelism each process
+    training steps run, so the training counts hold exactly the calls training made (on the Triton path,
+    one forward and one backward per norm layer call in a step: ``network.norm_calls_per_step``). Counts
+    are per process: under data parallelism each process
     counts its own calls, and the logged ``calls/*`` values, like the summary's, are those of process 0
     (each process runs every step, so its training counts equal the steps trained).
 
@@ -48,7 +52,7 @@ class RMSNormRegressor(L.LightningModule):
     ``calls_unknown_before`` at the step it holds: the counts of the steps before it are unknown, and the
     run's integration check fails saying so rather than comparing a part with the whole.
 
-    ``train/mse`` is the MSE of the global batch (all processes' rows), the same value in TensorBoard,
+    ``train/mse`` (``train/loss``) is the loss of the global batch (all processes' rows), the same value in TensorBoard,
     in ``trainer.callback_metrics`` and so in the summary. A non-finite one stops the run at the next
     reading, naming its step; no checkpoint holds a weight that a step after it changed, since every
     checkpoint reads first.
@@ -64,11 +68,19 @@ class RMSNormRegressor(L.LightningModule):
         lr: float,
         norm_fallback: str | None = None,
         dtype: str = "float32",
+        kind: str = "mlp",
+        dim: int | None = None,
+        layers: int | None = None,
+        heads: int | None = None,
+        mlp_hidden: int | None = None,
+        seq_len: int | None = None,
+        qk_norm: bool | None = None,
     ) -> None:
         super().__init__()
-        # Logged by hand at the end of a run, with test/mse as the HPARAMS metric.
+        # Logged by hand at the end of a run, with the test loss as the HPARAMS metric.
         self.save_hyperparameters(logger=False)
-        self.net = build_network(input_dim, hidden_dim, output_dim, norm_impl, eps, norm_fallback, dtype)
+        self.net = build_network(**self.network_kwargs())
+        self.loss_name = LOSS_NAMES[kind]
         self.calls = {
             "train/forward": 0,
             "train/backward": 0,
@@ -78,13 +90,13 @@ class RMSNormRegressor(L.LightningModule):
             "parity/forward": 0,
             "parity/backward": 0,  # callbacks.Parity's own Triton calls
         }
-        self._test_sq_err = 0.0
+        self._test_sum = 0.0
         self._test_count = 0
-        self.test_mse: float | None = None
+        self.test_loss: float | None = None
         self.fallback_reason: str | None = None  # why the first training step sent to the reference went there
         self.calls_unknown_before: int | None = None  # resumed at this step from a checkpoint without counts
         self._settled: dict[str, int] | None = None  # call_counts() at the last settlement
-        self._pending_mse: list[tuple[int, torch.Tensor]] = []  # (step, global-batch MSE) not yet read
+        self._pending_loss: list[tuple[int, torch.Tensor]] = []  # (step, global-batch loss) not yet read
 
     def network_kwargs(self) -> dict:
         return {k: self.hparams[k] for k in NETWORK_KEYS}
@@ -107,17 +119,17 @@ class RMSNormRegressor(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        fallbacks = self.net.norm.fallback_count
+        fallbacks = fallback_count(self.net)
         pred = self.net(x)
-        self.calls["train/fallback"] += self.net.norm.fallback_count - fallbacks
-        if self.net.norm.fallback_count > fallbacks and self.fallback_reason is None:
+        self.calls["train/fallback"] += fallback_count(self.net) - fallbacks
+        if fallback_count(self.net) > fallbacks and self.fallback_reason is None:
             self.fallback_reason = self._refusal(x)
-        loss = F.mse_loss(pred.float(), y.float())
-        # The MSE of the global batch: under data parallelism each process holds an equal share of it.
+        step_loss = loss(self.hparams.kind, pred, y)
+        # The loss of the global batch: under data parallelism each process holds an equal share of it.
         # (A copy: the all-reduce works in place and must not touch the loss that backward will use.)
-        mse = self.trainer.strategy.reduce(loss.detach().clone(), reduce_op="mean")
-        self._pending_mse.append((self.global_step, mse))  # read later, without waiting now
-        return loss
+        reduced = self.trainer.strategy.reduce(step_loss.detach().clone(), reduce_op="mean")
+        self._pending_loss.append((self.global_step, reduced))  # read later, without waiting now
+        return step_loss
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         step = self.global_step  # counts the step that just ended
@@ -133,21 +145,22 @@ class RMSNormRegressor(L.LightningModule):
 
         Called every ``trainer.log_every_n_steps`` steps, before each checkpoint and at the end of training.
         The same values on every process (global-batch MSEs), so every process stops at the same reading."""
-        pending, self._pending_mse = self._pending_mse, []
+        pending, self._pending_loss = self._pending_loss, []
+        tag = f"train/{self.loss_name}"
         if pending:
-            values = torch.stack([mse for _, mse in pending]).tolist()
+            values = torch.stack([value for _, value in pending]).tolist()
             bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
             if bad is not None:
                 raise NonFiniteLossError(
-                    f"train/mse is {values[bad]} at step {pending[bad][0]}, read at step {self.global_step} (losses "
+                    f"{tag} is {values[bad]} at step {pending[bad][0]}, read at step {self.global_step} (losses "
                     f"are read every {self.trainer.log_every_n_steps} steps and before each checkpoint); no "
                     "checkpoint holds a weight changed after it"
                 )
             if self.logger is not None:
                 for (step, _), value in zip(pending, values):
-                    self.logger.log_metrics({"train/mse": value}, step=step)
+                    self.logger.log_metrics({tag: value}, step=step)
             if progress_bar:
-                self.log("train/mse", values[-1], prog_bar=True, logger=False)
+                self.log(tag, values[-1], prog_bar=True, logger=False)
         self.settle_calls("train")  # only training steps run between settlements
         if self.logger is not None and pending:
             self.logger.log_metrics(
@@ -156,58 +169,80 @@ class RMSNormRegressor(L.LightningModule):
             )
 
     def _refusal(self, x: torch.Tensor) -> str:
-        """The Triton contract's reason for refusing the normalization's input on batch ``x``."""
-        with torch.no_grad():
-            h = self.net.inp(x)
+        """The Triton contract's reason for refusing the input of the first norm layer it refuses on batch
+        ``x``, with the layer's name when the network has several."""
+        reasons = []
+
+        def check(name, module, args):
+            if not reasons:
+                try:
+                    check_forward(args[0], module.weight, module.eps)
+                except ContractError as e:
+                    reasons.append(str(e) if name == "norm" else f"{name}: {e}")
+
+        layers = norm_layers(self.net)
+        hooks = [m.register_forward_pre_hook(lambda m, args, name=name: check(name, m, args)) for name, m in layers]
         try:
-            check_forward(h, self.net.norm.weight, self.net.norm.eps)
-        except ContractError as e:
-            return str(e)
-        return "the contract accepts this input"
+            with torch.no_grad():
+                self.net(x)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return reasons[0] if reasons else "the contract accepts this input"
+
+    def evaluation_metrics(self, stage: str, value: float) -> dict[str, float]:
+        """``<stage>/<loss>``, and for the language model ``<stage>/ppl``, its perplexity."""
+        metrics = {f"{stage}/{self.loss_name}": value}
+        if self.hparams.kind == "transformer":
+            metrics[f"{stage}/ppl"] = math.exp(min(value, 700.0))  # exp overflows a float past 709
+        return metrics
 
     def on_validation_epoch_start(self) -> None:
         self.settle_calls("train")
-        self._val_sq_err, self._val_count = 0.0, 0
+        self._val_sum, self._val_count = 0.0, 0
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
         pred = self.net(x)
-        self._val_sq_err += float((pred.float() - y).pow(2).sum())
+        self._val_sum += float(loss(self.hparams.kind, pred, y, reduction="sum"))
         self._val_count += y.numel()
 
     def on_validation_epoch_end(self) -> None:
         self.settle_calls("val")
-        mse = self._exact_mse(self._val_sq_err, self._val_count)
-        self.log("val/mse", mse, prog_bar=True, logger=False)
+        metrics = self.evaluation_metrics("val", self._exact_mean(self._val_sum, self._val_count))
+        for tag, value in metrics.items():
+            self.log(tag, value, prog_bar=tag.endswith(self.loss_name), logger=False)
         # To the logger at the step of the last training step, given here rather than taken from
         # Lightning's loop counters: a run resumed after a signal logs at the same steps.
         if self.logger is not None and not self.trainer.sanity_checking:
-            self.logger.log_metrics({"val/mse": mse}, step=self.global_step - 1)
+            self.logger.log_metrics(metrics, step=self.global_step - 1)
 
-    def _exact_mse(self, sq_err: float, count: int) -> float:
-        """The MSE over every process's rows: the sums of squared errors and the counts, reduced.
-        (Each process holds a disjoint slice of the split: ``SyntheticRegressionData.shard``.)"""
-        totals = torch.tensor([sq_err, float(count)], dtype=torch.float64, device=self.device)
-        sq_err, count = self.trainer.strategy.reduce(totals, reduce_op="sum").tolist()
-        return sq_err / count
+    def _exact_mean(self, total: float, count: int) -> float:
+        """The loss over every process's rows: the summed losses and the counts, reduced.
+        (Each process holds a disjoint slice of the split: ``SplitData.shard``.)"""
+        totals = torch.tensor([total, float(count)], dtype=torch.float64, device=self.device)
+        total, count = self.trainer.strategy.reduce(totals, reduce_op="sum").tolist()
+        return total / count
 
     def on_test_epoch_start(self) -> None:
         self.settle_calls(None)
-        self._test_sq_err, self._test_count = 0.0, 0
+        self._test_sum, self._test_count = 0.0, 0
 
     def test_step(self, batch, batch_idx):
         x, y = batch
         pred = self.net(x)
-        # Summed here and divided once at the end: the exact MSE of the split, whatever the batch sizes.
-        self._test_sq_err += float((pred.float() - y).pow(2).sum())
+        # Summed here and divided once at the end: the exact loss of the split, whatever the batch sizes.
+        self._test_sum += float(loss(self.hparams.kind, pred, y, reduction="sum"))
         self._test_count += y.numel()
 
     def on_test_epoch_end(self) -> None:
         self.settle_calls("test")
-        self.test_mse = self._exact_mse(self._test_sq_err, self._test_count)
-        self.log("test/mse", self.test_mse, logger=False)  # equal on every process already
+        self.test_loss = self._exact_mean(self._test_sum, self._test_count)
+        metrics = self.evaluation_metrics("test", self.test_loss)
+        for tag, value in metrics.items():
+            self.log(tag, value, logger=False)  # equal on every process already
         if self.logger is not None:  # at the last step, whatever Lightning's loop counters say (see above)
-            self.logger.log_metrics({"test/mse": self.test_mse}, step=self.global_step)
+            self.logger.log_metrics(metrics, step=self.global_step)
 
     def _fitting(self) -> bool:
         """Whether a Trainer is fitting this module (``self.trainer`` raises when none is attached)."""
@@ -234,7 +269,7 @@ class RMSNormRegressor(L.LightningModule):
             self.logger.save()  # every scalar up to this checkpoint reaches the disk with it
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if datamodule is not None:
-            x = datamodule.test.tensors[0][:PROBE_ROWS].to(input_dtype(self.net))
+            x = network_input(self.net, datamodule.test.tensors[0][:PROBE_ROWS])
             was_training = self.net.training
             self.net.eval()
             with torch.no_grad():

@@ -17,9 +17,16 @@ def project_path(path: str) -> Path:
 
 #: The values that make another network or other data, and the name each takes in a run's name.
 NAME_KEYS = {
+    "model.kind": "",
     "model.input_dim": "in",
     "model.hidden_dim": "hidden",
     "model.output_dim": "out",
+    "model.dim": "dim",
+    "model.layers": "layers",
+    "model.heads": "heads",
+    "model.mlp_hidden": "mlp",
+    "model.seq_len": "seq",
+    "model.qk_norm": "qknorm",
     "norm.eps": "eps",
     "norm.fallback": "fallback-",
     "data.seed": "dataseed",
@@ -34,7 +41,8 @@ NAME_DEFAULTS = "name_defaults"
 def run_name(cfg: DictConfig) -> str:
     """The name of a run's TensorBoard and checkpoint folders: its norm path and seed, then each value of
     ``NAME_KEYS`` that differs from its default in the composed configuration (``cfg.name_defaults``,
-    ``triton_seed0_hidden128``): two runs of different networks or data never share a folder.
+    ``triton_seed0_hidden128``) and is set (the keys of the other ``model.kind`` are null): two runs of
+    different networks or data never share a folder.
 
     A configuration composed without those defaults names every value of ``NAME_KEYS``: longer, but still
     distinct for every network and data."""
@@ -44,7 +52,7 @@ def run_name(cfg: DictConfig) -> str:
     defaults = OmegaConf.select(cfg, NAME_DEFAULTS)
     for key, short in NAME_KEYS.items():
         value = OmegaConf.select(cfg, key)
-        if defaults is None or value != OmegaConf.select(defaults, key):
+        if value is not None and (defaults is None or value != OmegaConf.select(defaults, key)):
             name += f"_{short}{value}"
     return name
 

@@ -27,7 +27,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig
 
 from .checkpoints import CheckpointError, check_matches, checkpoint_steps, read_checkpoint
-from .data import SyntheticRegressionData
+from .data import SplitData
 from .events import run_event_writer
 from .model import RMSNormRegressor
 from .network import NETWORK_DEFAULTS
@@ -54,7 +54,7 @@ def furthest_step(folder: Path) -> float:
     return steps[0][0] if steps else -1
 
 
-def checked(path: Path, module: RMSNormRegressor, data: SyntheticRegressionData) -> dict:
+def checked(path: Path, module: RMSNormRegressor, data: SplitData) -> dict:
     """The checkpoint at ``path``, if it holds this configuration's network, norm path and data."""
     ckpt = read_checkpoint(path)
     check_matches(path, ckpt, dict(module.hparams), NETWORK_DEFAULTS)
@@ -93,7 +93,7 @@ def furthest_checkpoint(folder: Path) -> Path:
 PASS_ANOTHER = "pass ckpt_path=<file> to resume from another checkpoint"
 
 
-def find_last(run_dir: Path, module: RMSNormRegressor, data: SyntheticRegressionData) -> tuple[Path, dict]:
+def find_last(run_dir: Path, module: RMSNormRegressor, data: SplitData) -> tuple[Path, dict]:
     """``ckpt_path=last``: the furthest checkpoint of the newest run (version folder) of this configuration
     (a run name leaves out values that only change the training: a version of another such value is
     passed over). A damaged furthest checkpoint is an error, never a step back to an earlier one."""
@@ -110,7 +110,7 @@ def find_last(run_dir: Path, module: RMSNormRegressor, data: SyntheticRegression
     raise refusals[0]  # none matches: the newest one says why
 
 
-def resolve_resume(cfg: DictConfig, module: RMSNormRegressor, data: SyntheticRegressionData) -> Resume | None:
+def resolve_resume(cfg: DictConfig, module: RMSNormRegressor, data: SplitData) -> Resume | None:
     """Finds and checks the checkpoint ``cfg.ckpt_path`` names, before anything is written (``find_last``
     for ``last``). The file must load with ``weights_only=True`` and hold this configuration's network,
     norm path and data."""

@@ -1,14 +1,16 @@
 """One training run from a composed configuration, and the checks that end it.
 
-``run(cfg)`` trains the network with the RMSNorm path that ``cfg.norm.impl`` names and then checks:
+``run(cfg)`` trains the network of ``cfg.model.kind`` (the regression or the language model, ``network.py``)
+with the RMSNorm path that ``cfg.norm.impl`` names and then checks:
 
 - initial parity: on the first batch, from the same weights, the Triton path and the native path
   (``F.rms_norm``) each give the reference's outputs and gradients within the tolerance of
   ``ops/tolerances.py``, whichever path the run trains on (``callbacks.Parity``, which repeats the
   comparison every ``parity.every_n_steps`` steps and stops the run when it fails there);
-- integration: the Triton path's wrappers ran once forward and once backward per training step (and
-  the other paths never called them); a Triton run in which no training step ran on Triton fails,
-  naming the fallback count and the first reason, even when every step fell back as allowed;
+- integration: the Triton path's wrappers ran once forward and once backward per norm call of each
+  training step (``network.norm_calls_per_step``; the other paths never called them); a Triton run in
+  which no training step ran on Triton fails, naming the fallback count and the first reason, even when
+  every step fell back as allowed;
 - reload parity: the final checkpoint, loaded into a fresh module, gives bit-identical test outputs and
   the same RMSNorm path.
 
@@ -54,11 +56,11 @@ from .callbacks import (
     sigint_as_sigterm,
 )
 from .checkpoints import AtomicCheckpointIO, RunLock, last_good_checkpoint, remove_stale_temporaries
-from .config import ConfigError, validate
-from .data import SyntheticRegressionData
+from .config import MODEL_KINDS, ConfigError, validate
+from .data import SplitData, SyntheticRegressionData, TextData
 from .events import run_event_writer, write_layout
 from .model import RMSNormRegressor, TrainingStopped
-from .network import input_dtype
+from .network import LOSS_NAMES, network_input, norm_calls_per_step
 from .paths import NAME_DEFAULTS, claim_version, prepare_folder, project_path, remove_folders, run_name
 from .resume import mark_branch, mark_restart, resolve_resume
 
@@ -76,6 +78,8 @@ class RunResult:
     impl: str
     seed: int
     backend: str
+    loss_name: str = "mse"  # the metrics' name of the network's loss (network.LOSS_NAMES)
+    norm_calls_per_step: int = 1  # RMSNorm calls in one forward of the network (network.norm_calls_per_step)
     steps: int = 0
     log_dir: str = ""
     checkpoint: str = ""
@@ -105,19 +109,30 @@ def state_dict_sha256(module: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def build(cfg: DictConfig) -> tuple[RMSNormRegressor, SyntheticRegressionData]:
+def build(cfg: DictConfig) -> tuple[RMSNormRegressor, SplitData]:
     """Seed once, then build the module and the data: the same seed gives the same weights on every path."""
     L.seed_everything(cfg.seed, workers=True, verbose=False)
+    sizes = {key: cfg.model[key] for key in MODEL_KINDS[cfg.model.kind]}
     module = RMSNormRegressor(
-        input_dim=cfg.model.input_dim,
-        hidden_dim=cfg.model.hidden_dim,
-        output_dim=cfg.model.output_dim,
         norm_impl=cfg.norm.impl,
         eps=cfg.norm.eps,
         lr=cfg.model.lr,
         norm_fallback=cfg.norm.fallback,
         dtype="bfloat16" if str(cfg.trainer.precision) == "bf16-true" else "float32",
+        kind=cfg.model.kind,
+        **{"input_dim": None, "hidden_dim": None, "output_dim": None, **sizes},
     )
+    if cfg.model.kind == "transformer":
+        data = TextData(
+            seq_len=cfg.model.seq_len,
+            batch_size=cfg.data.batch_size,
+            train_size=cfg.data.train_size,
+            val_size=cfg.data.val_size,
+            test_size=cfg.data.test_size,
+            seed=cfg.data.seed,
+            shuffle_seed=cfg.seed,
+        )
+        return module, data
     data = SyntheticRegressionData(
         input_dim=cfg.model.input_dim,
         output_dim=cfg.model.output_dim,
@@ -133,7 +148,7 @@ def build(cfg: DictConfig) -> tuple[RMSNormRegressor, SyntheticRegressionData]:
 
 
 def reload_max_abs_diff(
-    module: RMSNormRegressor, checkpoint: Path, data: SyntheticRegressionData, device: torch.device
+    module: RMSNormRegressor, checkpoint: Path, data: SplitData, device: torch.device
 ) -> tuple[float, str]:
     """Loads the checkpoint into a fresh module and runs the test split through both on ``device``.
 
@@ -146,7 +161,7 @@ def reload_max_abs_diff(
     worst = 0.0
     with torch.no_grad():
         for x, _ in DataLoader(data.test, batch_size=data.batch_size):  # every row, in this one process
-            x = x.to(device, input_dtype(module.net))
+            x = network_input(module.net, x.to(device))
             # .forward, not __call__: the eager network on both sides, also when training ran compiled
             a, b = module.net.forward(x), fresh.net.forward(x)
             if not torch.equal(a, b):
@@ -171,14 +186,16 @@ def flat_hparams(cfg: DictConfig) -> dict:
     return flat
 
 
-#: The HPARAMS tab's metrics: scalars every run logs (TensorBoard reads their values from the run's scalars).
-HPARAM_METRICS = ("train/mse", "val/mse", "test/mse", "time/run_s")
+def hparam_metrics(loss_name: str) -> tuple[str, ...]:
+    """The HPARAMS tab's metrics: scalars every run logs (TensorBoard reads their values from the run's
+    scalars): the losses of the three splits (``mse`` or ``loss``, ``network.LOSS_NAMES``) and the run's time."""
+    return (f"train/{loss_name}", f"val/{loss_name}", f"test/{loss_name}", "time/run_s")
 
 
-def write_hparams(logger: TensorBoardLogger, params: dict, metrics: dict[str, float]) -> None:
-    """The run's configuration in TensorBoard's HPARAMS tab, with ``HPARAM_METRICS`` as its metrics."""
+def write_hparams(logger: TensorBoardLogger, params: dict, metrics: dict[str, float], loss_name: str) -> None:
+    """The run's configuration in TensorBoard's HPARAMS tab, with ``hparam_metrics`` as its metrics."""
     with run_event_writer(logger) as writer:
-        for summary in hparams_summary(params, {k: metrics[k] for k in HPARAM_METRICS}):
+        for summary in hparams_summary(params, {k: metrics[k] for k in hparam_metrics(loss_name)}):
             writer.add_summary(summary)
 
 
@@ -220,15 +237,17 @@ def failed_checks(
                 f"initial parity: {path} outputs differ from the reference by {verdict.output_err:.3g}, gradients "
                 f"by {verdict.grad_err:.3g}, beyond the {dtype} tolerance (atol {tol.atol:g}, rtol {tol.rtol:g})"
             )
-    # Every training step runs the Triton path once, unless the contract sent it to the reference
-    # (norm.fallback=reference, counted); the other paths never run it.
+    # Every training step runs the Triton path once per norm call of the network, unless the contract sent
+    # a call to the reference (norm.fallback=reference, counted); the other paths never run it.
     # (a Triton path that never ran for another reason fails the count below)
     if cfg.norm.impl == KERNEL and result.calls["train/fallback"] > 0 and result.calls["train/forward"] == 0:
         failures.append(
-            f"integration: no training step ran on Triton: {result.calls['train/fallback']} of {result.steps} "
-            f"steps fell back to the reference (first reason: {result.fallback_reason or 'not recorded'})"
+            f"integration: no training step ran on Triton: {result.calls['train/fallback']} of "
+            f"{result.steps * result.norm_calls_per_step} norm calls in {result.steps} steps fell back to the "
+            f"reference (first reason: {result.fallback_reason or 'not recorded'})"
         )
-    expected = result.steps - result.calls["train/fallback"] if cfg.norm.impl == KERNEL else 0
+    per_run = result.steps * result.norm_calls_per_step
+    expected = per_run - result.calls["train/fallback"] if cfg.norm.impl == KERNEL else 0
     if calls_unknown_before is not None:
         failures.append(
             f"integration: unknown: this run resumed at step {calls_unknown_before} from a checkpoint that "
@@ -360,7 +379,14 @@ def run(cfg: DictConfig) -> RunResult:
     warnings.filterwarnings("ignore", message=r"The number of training batches .* is smaller than the logging interval")
     start = time.perf_counter()
     name = run_name(cfg)
-    result = RunResult(name=name, impl=cfg.norm.impl, seed=cfg.seed, backend=backend())
+    result = RunResult(
+        name=name,
+        impl=cfg.norm.impl,
+        seed=cfg.seed,
+        backend=backend(),
+        loss_name=LOSS_NAMES[cfg.model.kind],
+        norm_calls_per_step=norm_calls_per_step(cfg.model.kind, cfg.model.layers, cfg.model.qk_norm),
+    )
     created = []
     try:
         for key in ("runs", "checkpoints"):
@@ -412,7 +438,7 @@ def train_and_check(
     cfg: DictConfig,
     result: RunResult,
     module: RMSNormRegressor,
-    data: SyntheticRegressionData,
+    data: SplitData,
     resume,
     logger: TensorBoardLogger,
     checkpoint_dir: Path,
@@ -451,7 +477,7 @@ def train_and_check_body(
     cfg: DictConfig,
     result: RunResult,
     module: RMSNormRegressor,
-    data: SyntheticRegressionData,
+    data: SplitData,
     resume,
     logger: TensorBoardLogger,
     checkpoint_dir: Path,
@@ -467,9 +493,10 @@ def train_and_check_body(
             mark_branch(logger, resume.path, resume.global_step)
         elif resume is not None:
             mark_restart(logger, resume.global_step)
-        write_layout(logger)
+        write_layout(logger, result.loss_name)
     parity = Parity(cfg.parity.every_n_steps)
-    timer = StepTimer(norm_events=not cfg.compile)
+    # The layer's GPU time is timed for the one norm of the regression; the transformer's are not timed.
+    timer = StepTimer(norm_events=not cfg.compile and cfg.model.kind == "mlp")
     on_signal = SaveOnSignal(checkpoint_dir)
     trainer = L.Trainer(
         max_steps=cfg.trainer.max_steps,
@@ -521,11 +548,13 @@ def train_and_check_body(
         return result  # the checks below read and write files: process 0 runs them, in one process
     diff, reloaded_impl = reload_max_abs_diff(module, final, data, trainer.strategy.root_device)
     logger.log_metrics({"reload/max_abs_diff": diff}, step=trainer.global_step)
+    name = module.loss_name
     result.metrics = {
         # nan when a resumed run had no step left to train (its checkpoint was the last step's)
-        "train/mse": fit_metrics.get("train/mse", float("nan")),
-        "val/mse": fit_metrics.get("val/mse", float("nan")),
-        "test/mse": float(module.test_mse),
+        f"train/{name}": fit_metrics.get(f"train/{name}", float("nan")),
+        f"val/{name}": fit_metrics.get(f"val/{name}", float("nan")),
+        **{k: v for k, v in fit_metrics.items() if k == "val/ppl"},
+        **module.evaluation_metrics("test", float(module.test_loss)),
         "parity/checks": float(len(parity.checked_steps)),
         "reload/max_abs_diff": diff,
         "time/step_ms": result.step_ms,
@@ -544,5 +573,5 @@ def train_and_check_body(
     result.seconds = time.perf_counter() - start
     result.metrics["time/run_s"] = result.seconds
     logger.log_metrics({"time/run_s": result.seconds}, step=trainer.global_step)
-    write_hparams(logger, params, result.metrics)
+    write_hparams(logger, params, result.metrics, name)
     return result

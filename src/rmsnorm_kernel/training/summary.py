@@ -20,14 +20,14 @@ from .run import RunResult
 #: Each compared path's parity numbers in the multirun table: (name, how the run's values are read back).
 PARITY_ROWS = (("initial_output_err", "last"), ("initial_grad_err", "last"), ("worst_over_tol", "largest"))
 
-#: The rows of the multirun table, in order; each run is a column.
+#: The rows of the multirun table, in order; each run is a column. ``LOSS_ROWS`` stand for the loss of each
+#: split, named after the runs' loss (``train/mse`` for the regression, ``train/loss`` for the language model).
+LOSS_ROWS = ("train/{}", "val/{}", "test/{}")
 TABLE_KEYS = (
     "path",
     "backend",
     "steps",
-    "train/mse",
-    "val/mse",
-    "test/mse",
+    *LOSS_ROWS,
     "calls/forward",
     "calls/backward",
     *(parity_tag(path, name) for path in COMPARED for name, _ in PARITY_ROWS),
@@ -57,8 +57,9 @@ def format_summary(r: RunResult) -> str:
         f"  path {r.impl}, backend {r.backend}, {r.steps} steps, {r.seconds:.1f} s, "
         f"median step {m.get('time/step_ms', float('nan')):.3g} ms"
         + ("" if math.isnan(norm_ms) else f" (RMSNorm {norm_ms:.3g} ms of it, GPU time)"),
-        f"  mse: train {m.get('train/mse', float('nan')):.6f}, val {m.get('val/mse', float('nan')):.6f}, "
-        f"test {m.get('test/mse', float('nan')):.6f}",
+        f"  {r.loss_name}: "
+        + ", ".join(f"{s} {m.get(f'{s}/{r.loss_name}', float('nan')):.6f}" for s in ("train", "val", "test"))
+        + (f"; perplexity: test {m['test/ppl']:.4g}" if "test/ppl" in m else ""),
         f"  Triton calls per process (process 0's, as TensorBoard's calls/*): train forward "
         f"{r.calls.get('train/forward')}, backward {r.calls.get('train/backward')}; "
         f"val forward {r.calls.get('val/forward')}, test forward {r.calls.get('test/forward')}; "
@@ -115,7 +116,9 @@ def summary_table(rows: list[dict]) -> str:
 
     header = "| | " + " | ".join(r["run"] for r in rows) + " |"
     lines = [header, "|---" * (len(rows) + 1) + "|"]
-    lines += ["| " + k + " | " + " | ".join(fmt(r[k]) for r in rows) + " |" for k in TABLE_KEYS]
+    names = list(dict.fromkeys(r["loss_name"] for r in rows))  # the losses of these runs, in their order
+    keys = [k.format(name) for k in TABLE_KEYS for name in (names if k in LOSS_ROWS else [None])]
+    lines += ["| " + k + " | " + " | ".join(fmt(r.get(k, math.nan)) for r in rows) + " |" for k in keys]
     against = comparisons(rows)
     if against:
         lines += ["", *against]
@@ -143,9 +146,10 @@ def comparisons(rows: list[dict]) -> list[str]:
                 speed = "not measured"
             else:
                 speed = f"{a:.3g} ms against {b:.3g} ms, {a / b:.2g}x the time ({'faster' if a < b else 'not faster'})"
+            test = f"test/{kernel['loss_name']}"
             line = (
                 f"{kernel['run']} against {other['run']}: median step {speed}; "
-                f"test/mse difference {kernel['test/mse'] - other['test/mse']:.3g}"
+                f"{test} difference {kernel[test] - other.get(test, math.nan):.3g}"
             )
             if "interpreter" in (kernel["backend"], other["backend"]):
                 line += " (through Triton's interpreter on the CPU: these times say nothing of a GPU)"
@@ -178,9 +182,8 @@ def table_row(r: RunResult) -> dict:
         "path": r.impl,
         "backend": r.backend,
         "steps": r.steps,
-        "train/mse": last(s, "train/mse"),
-        "val/mse": last(s, "val/mse"),
-        "test/mse": last(s, "test/mse"),
+        "loss_name": r.loss_name,
+        **{row.format(r.loss_name): last(s, row.format(r.loss_name)) for row in LOSS_ROWS},
         "calls/forward": last(s, "calls/forward"),
         "calls/backward": last(s, "calls/backward"),
         **parity,

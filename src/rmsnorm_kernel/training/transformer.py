@@ -46,13 +46,14 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int, qk_norm: bool, norm_impl: str, eps: float):
+    def __init__(self, dim: int, heads: int, qk_norm: bool, norm_impl: str, eps: float, fallback: str | None = None):
         super().__init__()
         self.heads, self.head_dim = heads, dim // heads
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.out = nn.Linear(dim, dim, bias=False)
-        self.q_norm = RMSNorm(self.head_dim, eps, impl=norm_impl) if qk_norm else None
-        self.k_norm = RMSNorm(self.head_dim, eps, impl=norm_impl) if qk_norm else None
+        norm = dict(impl=norm_impl, fallback=fallback)
+        self.q_norm = RMSNorm(self.head_dim, eps, **norm) if qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, eps, **norm) if qk_norm else None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, t, dim = x.shape
@@ -77,11 +78,13 @@ class SwiGLU(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim: int, heads: int, mlp_hidden: int, qk_norm: bool, norm_impl: str, eps: float):
+    def __init__(
+        self, dim: int, heads: int, mlp_hidden: int, qk_norm: bool, norm_impl: str, eps: float, fallback: str | None
+    ):
         super().__init__()
-        self.attn_norm = RMSNorm(dim, eps, impl=norm_impl)
-        self.attn = Attention(dim, heads, qk_norm, norm_impl, eps)
-        self.mlp_norm = RMSNorm(dim, eps, impl=norm_impl)
+        self.attn_norm = RMSNorm(dim, eps, impl=norm_impl, fallback=fallback)
+        self.attn = Attention(dim, heads, qk_norm, norm_impl, eps, fallback)
+        self.mlp_norm = RMSNorm(dim, eps, impl=norm_impl, fallback=fallback)
         self.mlp = SwiGLU(dim, mlp_hidden)
 
     def forward(self, hidden, residual, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,13 +111,16 @@ class Transformer(nn.Module):
         norm_impl: str,
         eps: float = 1e-6,
         qk_norm: bool = False,
+        norm_fallback: str | None = None,
     ):
         super().__init__()
         if dim % heads or (dim // heads) % 2:
             raise ValueError(f"Transformer: dim = {dim} over heads = {heads}; accepted: an even head size")
         self.embed = nn.Embedding(vocab_size, dim)
-        self.blocks = nn.ModuleList(Block(dim, heads, mlp_hidden, qk_norm, norm_impl, eps) for _ in range(layers))
-        self.final_norm = RMSNorm(dim, eps, impl=norm_impl)
+        self.blocks = nn.ModuleList(
+            Block(dim, heads, mlp_hidden, qk_norm, norm_impl, eps, norm_fallback) for _ in range(layers)
+        )
+        self.final_norm = RMSNorm(dim, eps, impl=norm_impl, fallback=norm_fallback)
         cos, sin = rotary_tables(max_seq_len, dim // heads)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)

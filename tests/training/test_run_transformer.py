@@ -1,0 +1,137 @@
+"""``model=transformer`` through ``run()``: the language model on every path, its checks, resume and DDP.
+
+A tiny decoder (one block, dim 32, windows of 16 bytes, 4 windows a step) so that the Triton path through
+Triton's interpreter takes seconds; the preset's own sizes are run by the slow tier.
+"""
+
+import math
+
+import pytest
+
+from rmsnorm_kernel.ops.tolerances import TRAINING_CURVE_RTOL, compare
+from rmsnorm_kernel.training.checkpoints import read_checkpoint
+from rmsnorm_kernel.training.events import read_scalars
+from tests.helpers import train_process
+
+from .helpers import DDP, SCHEDULE, checkpoint_of, needs_two_processes, train
+
+TINY_LM = [
+    "model=transformer",
+    "model.dim=32",
+    "model.heads=2",
+    "model.layers=1",
+    "model.mlp_hidden=64",
+    "model.seq_len=16",
+    "data.batch_size=4",
+    "data.train_size=64",
+    "data.val_size=8",
+    "data.test_size=8",
+]
+STEPS = 4  # helpers.SCHEDULE's
+#: One block without q/k norm: its two norms and the final one. With q/k norm, two more.
+NORM_CALLS, QK_NORM_CALLS = 3, 5
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    out = {}
+    for impl in ("reference", "native", "triton"):
+        root = tmp_path_factory.mktemp(f"lm_{impl}")
+        out[impl] = (root, train(root, f"norm={impl}", *TINY_LM))
+    return out
+
+
+def test_every_path_trains_the_language_model_and_passes_its_checks(paths):
+    for impl, (_, result) in paths.items():
+        assert result.ok, (impl, result.failures)
+        assert result.loss_name == "loss" and result.steps == STEPS
+        assert result.metrics["reload/max_abs_diff"] == 0.0
+        assert result.metrics["test/ppl"] == pytest.approx(math.exp(result.metrics["test/loss"]))
+
+
+def test_the_triton_path_runs_once_per_norm_call_and_the_others_never(paths):
+    assert paths["triton"][1].calls["train/forward"] == STEPS * NORM_CALLS
+    assert paths["triton"][1].calls["train/backward"] == STEPS * NORM_CALLS
+    for impl in ("reference", "native"):
+        assert paths[impl][1].calls["train/forward"] == paths[impl][1].calls["train/backward"] == 0
+
+
+def test_the_paths_loss_curves_agree_within_the_declared_tolerance(paths):
+    curves = {impl: read_scalars(result.log_dir) for impl, (_, result) in paths.items()}
+    reference = curves["reference"]
+    for impl in ("native", "triton"):
+        for tag in ("train/loss", "val/loss", "val/ppl"):
+            assert [s for s, _ in curves[impl][tag]] == [s for s, _ in reference[tag]], (impl, tag)
+            for (_, a), (_, b) in zip(curves[impl][tag], reference[tag]):
+                assert math.isclose(a, b, rel_tol=TRAINING_CURVE_RTOL), (impl, tag, a, b)
+
+
+def test_every_norm_layer_has_the_same_weights_on_every_path_at_the_end(paths):
+    final = {impl: read_checkpoint(checkpoint_of(root, impl))["state_dict"] for impl, (root, _) in paths.items()}
+    norms = [k for k in final["reference"] if k.endswith("norm.weight")]
+    assert len(norms) == NORM_CALLS
+    for impl in ("native", "triton"):
+        for key in norms:
+            assert compare(final[impl][key], final["reference"][key]).ok, (impl, key)
+
+
+def test_q_and_k_norms_add_two_triton_calls_per_block(tmp_path):
+    result = train(tmp_path, "norm=triton", *TINY_LM, "model.qk_norm=true")
+    assert result.ok, result.failures
+    assert result.calls["train/forward"] == result.calls["train/backward"] == STEPS * QK_NORM_CALLS
+
+
+def test_the_loss_falls_below_a_uniform_guess_over_bytes(tmp_path):
+    """ln(256) is the loss of a model that has learned nothing; the bytes of source code are far from
+    uniform, and forty steps learn that."""
+    result = train(
+        tmp_path, "norm=reference", *TINY_LM, "trainer.max_steps=40", "trainer.val_check_interval=40", "model.lr=1e-2"
+    )
+    assert result.ok, result.failures
+    assert result.metrics["val/loss"] < math.log(256) - 1.0
+
+
+def test_a_language_model_run_extended_from_its_checkpoint_continues_bit_for_bit(tmp_path):
+    """Trained to step 2, then extended to step 4 from its last checkpoint (a branch: a new version folder),
+    it logs the losses and ends with the weights of a run trained to step 4 at once."""
+    straight = train(tmp_path / "straight", "norm=triton", *TINY_LM)
+    first = train(tmp_path / "resumed", "norm=triton", *TINY_LM, "trainer.max_steps=2")
+    assert first.ok and first.steps == 2
+    resumed = train(tmp_path / "resumed", "norm=triton", *TINY_LM, "ckpt_path=last")
+    assert resumed.ok, resumed.failures
+    losses = read_scalars(first.log_dir)["train/loss"] + read_scalars(resumed.log_dir)["train/loss"]
+    assert losses == read_scalars(straight.log_dir)["train/loss"]
+    assert resumed.calls["train/forward"] == STEPS * NORM_CALLS  # the whole history's, from the checkpoint
+    ends = [read_checkpoint(r.checkpoint)["state_dict"] for r in (straight, resumed)]
+    assert all(ends[0][k].equal(ends[1][k]) for k in ends[0])
+
+
+@pytest.mark.slow
+def test_the_three_path_command_on_the_preset_passes_its_checks(tmp_path):
+    """``train.py model=transformer -m norm=reference,native,triton`` as documented: the preset's own sizes
+    and the default schedule of 100 steps."""
+    proc = train_process(tmp_path, "model=transformer", "-m", "norm=reference,native,triton")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    name = "seed0_transformer_dim64_layers2_heads4_mlp128_seq64_qknormFalse"
+    for impl in ("reference", "native", "triton"):
+        assert f"run {impl}_{name}: OK" in proc.stdout
+    impls = ("reference", "native", "triton")
+    curves = {impl: read_scalars(next((tmp_path / "runs" / f"{impl}_{name}").glob("version_*"))) for impl in impls}
+    for impl in ("native", "triton"):
+        for (_, a), (_, b) in zip(curves[impl]["train/loss"], curves["reference"]["train/loss"], strict=True):
+            assert math.isclose(a, b, rel_tol=TRAINING_CURVE_RTOL)
+    assert curves["reference"]["val/loss"][-1][1] < math.log(256) - 1.0
+
+
+@pytest.mark.slow
+@needs_two_processes
+def test_two_processes_train_the_language_model_like_one_at_the_same_global_batch(tmp_path):
+    (tmp_path / "ddp").mkdir()
+    ddp = train_process(tmp_path / "ddp", "norm=triton", *SCHEDULE, *TINY_LM, *DDP, "data.batch_size=2")
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    single = train(tmp_path / "single", "norm=triton", *TINY_LM)
+    assert single.ok, single.failures
+    a = read_checkpoint(checkpoint_of(tmp_path / "ddp", "triton"))["state_dict"]
+    b = read_checkpoint(checkpoint_of(tmp_path / "single", "triton"))["state_dict"]
+    for key, tensor in b.items():
+        assert compare(a[key], tensor).ok, key
