@@ -115,7 +115,9 @@ def test_a_native_path_off_the_reference_fails_initial_parity_naming_it(monkeypa
     assert parity.paths["triton"].ok and not parity.paths["native"].ok
     assert logged[0][1]["parity/native_worst_over_tol"] > 1.0 >= logged[0][1]["parity/worst_over_tol"]
     cfg = SimpleNamespace(norm=SimpleNamespace(impl="native"))
-    result = SimpleNamespace(calls={"train/forward": 0, "train/backward": 0, "train/fallback": 0}, steps=1)
+    result = SimpleNamespace(
+        calls={"train/forward": 0, "train/backward": 0, "train/fallback": 0}, steps=1, norm_calls_per_step=1
+    )
     [line] = failed_checks(cfg, result, parity, 0.0, "native")
     assert line.startswith("initial parity: native outputs differ from the reference by ")
     assert line.endswith(", beyond the float32 tolerance (atol 1e-05, rtol 0.0001)")
@@ -212,7 +214,9 @@ def test_a_checkpoint_without_native_verdicts_loads_and_leaves_native_unknown_be
     assert {k: state[k] for k in STATE_WITHOUT_NATIVE} == STATE_WITHOUT_NATIVE
     assert (state["native_ok"], state["native_output_err"], state["native_unknown_before"]) == (True, None, 3)
     cfg = SimpleNamespace(norm=SimpleNamespace(impl="native"))
-    result = SimpleNamespace(calls={"train/forward": 0, "train/backward": 0, "train/fallback": 0}, steps=4)
+    result = SimpleNamespace(
+        calls={"train/forward": 0, "train/backward": 0, "train/fallback": 0}, steps=4, norm_calls_per_step=1
+    )
     assert failed_checks(cfg, result, parity, 0.0, "native") == [
         "initial parity: unknown: this run resumed at step 3 from a checkpoint that carries no parity verdicts of "
         "native, so the checks of the steps before it were not seen",

@@ -7,6 +7,7 @@ Triton's interpreter takes seconds; the preset's own sizes are run by the slow t
 import math
 
 import pytest
+import torch
 
 from rmsnorm_kernel.ops.tolerances import TRAINING_CURVE_RTOL, compare
 from rmsnorm_kernel.training.checkpoints import read_checkpoint
@@ -104,6 +105,15 @@ def test_a_language_model_run_extended_from_its_checkpoint_continues_bit_for_bit
     assert resumed.calls["train/forward"] == STEPS * NORM_CALLS  # the whole history's, from the checkpoint
     ends = [read_checkpoint(r.checkpoint)["state_dict"] for r in (straight, resumed)]
     assert all(ends[0][k].equal(ends[1][k]) for k in ends[0])
+
+
+@pytest.mark.parametrize("impl", ["reference", "native", "triton"])
+def test_the_large_preset_trains_in_bfloat16_on_every_path_at_a_reduced_size(tmp_path, impl):
+    # the preset itself is for a GPU; here its schedule and precision with the tiny decoder's sizes
+    result = train(tmp_path, f"norm={impl}", "model=transformer_large", "trainer.precision=bf16-true", *TINY_LM[1:])
+    assert result.ok, result.failures
+    final = read_checkpoint(result.checkpoint)["state_dict"]
+    assert {t.dtype for t in final.values()} == {torch.bfloat16}
 
 
 @pytest.mark.slow
