@@ -48,6 +48,11 @@ def test_every_path_trains_the_language_model_and_passes_its_checks(paths):
         assert result.loss_name == "loss" and result.steps == STEPS
         assert result.metrics["reload/max_abs_diff"] == 0.0
         assert result.metrics["test/ppl"] == pytest.approx(math.exp(result.metrics["test/loss"]))
+        # each compared path names the norm layer whose weight gradient came closest to the tolerance
+        for path in ("triton", "native"):
+            assert result.norm_worst_layers[path] in {"blocks.0.attn_norm", "blocks.0.mlp_norm", "final_norm"}
+            tag = "parity/norm_worst_over_tol" if path == "triton" else "parity/native_norm_worst_over_tol"
+            assert 0.0 <= result.metrics[tag] <= 1.0
 
 
 def test_the_triton_path_runs_once_per_norm_call_and_the_others_never(paths):

@@ -22,7 +22,7 @@ from ..ops.contract import ContractError
 from ..ops.impls import IMPLS
 from ..ops.tolerances import TOLERANCES, compare
 from .model import TrainingStopped
-from .network import build_network, loss
+from .network import build_network, loss, norm_layers
 
 
 class ParityError(TrainingStopped):
@@ -59,6 +59,10 @@ class PathVerdict:
     failed_steps: list[int] = field(default_factory=list)  # the checked steps past the tolerance
     worst_over_tol: float = 0.0  # the largest over every check (all processes')
     unknown_before: int | None = None  # resumed at this step from a checkpoint without this path's verdicts
+    # Of the norm layers' weight gradients alone: the largest ratio to the tolerance over every check, and
+    # the layer it was seen at (``network.norm_layers``' name: ``norm``, ``blocks.1.mlp_norm``...).
+    norm_worst_over_tol: float = 0.0
+    norm_worst_layer: str = ""
 
 
 class Parity(L.Callback):
@@ -102,7 +106,9 @@ class Parity(L.Callback):
     native's ``parity/native_output_err``): ``output_err`` and ``grad_err`` (the largest absolute
     differences from the reference), ``worst_over_tol`` (the largest ``|a - b| / (atol + rtol * |b|)`` over
     every element compared: the tolerance rule passes at 1 or less), at step 0 also ``initial_output_err``
-    and ``initial_grad_err``; and the parity call counts.
+    and ``initial_grad_err``; ``norm_worst_over_tol``, the same ratio for the worst norm layer's weight
+    gradient (which layer: ``PathVerdict.norm_worst_layer``, in the summary and in a stop's message); and
+    the parity call counts.
     """
 
     def __init__(self, every_n_steps: int) -> None:
@@ -139,6 +145,9 @@ class Parity(L.Callback):
             verdict.failed_steps = list(state[parity_name(path, "failed_steps")])
             verdict.worst_over_tol = float(state[parity_name(path, "worst_over_tol")])
             verdict.unknown_before = state[parity_name(path, "unknown_before")]
+            # absent from checkpoints written before the norm layers were compared one by one
+            verdict.norm_worst_over_tol = float(state.get(parity_name(path, "norm_worst_over_tol"), 0.0))
+            verdict.norm_worst_layer = state.get(parity_name(path, "norm_worst_layer"), "")
             self._loaded.add(path)
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -170,20 +179,26 @@ class Parity(L.Callback):
             return
         finally:
             pl_module.settle_calls("parity")
-        local = []  # per compared path: the worst ratio to the tolerance, the output and the gradient differences
+        layers = [name for name, m in norm_layers(pl_module.net) if m.weight is not None]
+        # per compared path: the worst ratio to the tolerance, the output and the gradient differences, then
+        # the ratio of each norm layer's weight gradient
+        local = []
         for path in COMPARED:
             comparisons = [compare(outs[path], outs[ORACLE])]
-            comparisons += [compare(a, b) for a, b in zip(grads[path], grads[ORACLE])]
+            comparisons += [compare(grads[path][k], grads[ORACLE][k]) for k in grads[ORACLE]]
             local += [
                 max(c.worst_over_tol for c in comparisons),  # <= 1 exactly when every compare() passed
                 comparisons[0].max_abs,  # outputs
                 max(c.max_abs for c in comparisons[1:]),  # gradients
+                *(compare(grads[path][f"{n}.weight"], grads[ORACLE][f"{n}.weight"]).worst_over_tol for n in layers),
             ]
         # The largest over every process: the same verdict on each (none is left waiting in the next
         # collective), and the numbers of the global batch. In float64: a float32 copy would round a ratio
         # just above 1 down to 1.
         reduced = trainer.strategy.reduce(torch.tensor(local, dtype=torch.float64, device=x.device), reduce_op="max")
-        measured = {path: [float(v) for v in row] for path, row in zip(COMPARED, reduced.view(len(COMPARED), 3))}
+        rows = reduced.view(len(COMPARED), 3 + len(layers)).tolist()
+        measured = {path: row[:3] for path, row in zip(COMPARED, rows)}
+        by_layer = {path: dict(zip(layers, row[3:])) for path, row in zip(COMPARED, rows)}
         self.checked_steps.append(step)
         dtype = outs[ORACLE].dtype
         if step == 0:
@@ -195,6 +210,11 @@ class Parity(L.Callback):
                 verdict.failed_steps.append(step)
             verdict.worst_over_tol = max(verdict.worst_over_tol, worst)
             numbers = {"output_err": output_err, "grad_err": grad_err, "worst_over_tol": worst}
+            if by_layer[path]:
+                layer, ratio = max(by_layer[path].items(), key=lambda item: item[1])
+                numbers["norm_worst_over_tol"] = ratio
+                if ratio >= verdict.norm_worst_over_tol:
+                    verdict.norm_worst_over_tol, verdict.norm_worst_layer = ratio, layer
             if step == 0:  # the initial check: its numbers and verdict are the end check's
                 verdict.output_err, verdict.grad_err, verdict.ok = output_err, grad_err, worst <= 1.0
                 numbers.update({"initial_output_err": output_err, "initial_grad_err": grad_err})
@@ -209,21 +229,31 @@ class Parity(L.Callback):
             differences = "; ".join(
                 f"the {path} and {ORACLE} paths differ by {output_err:.3g} in outputs and {grad_err:.3g} in "
                 f"gradients, {worst:.3g} times the {str(dtype).removeprefix('torch.')} tolerance "
-                f"(atol {tol.atol:g}, rtol {tol.rtol:g})"
+                f"(atol {tol.atol:g}, rtol {tol.rtol:g})" + self._worst_layer(by_layer[path])
                 for path, (worst, output_err, grad_err) in past
             )
             raise ParityError(f"parity at step {step}: {differences}, before that step changed any weight")
 
     @staticmethod
+    def _worst_layer(ratios: dict[str, float]) -> str:
+        """``, worst among the norm layers' weight gradients at <layer> (<ratio> times the tolerance)``."""
+        if not ratios:
+            return ""
+        layer, ratio = max(ratios.items(), key=lambda item: item[1])
+        return f", worst among the norm layers' weight gradients at {layer} ({ratio:.3g} times the tolerance)"
+
+    @staticmethod
     def _every_path(pl_module, x: torch.Tensor, y: torch.Tensor) -> tuple[dict, dict]:
-        """Outputs and parameter gradients of the network on each path, from the module's weights."""
+        """Outputs and parameter gradients (by parameter name) of the network on each path, from the
+        module's weights."""
         outs, grads = {}, {}
         state = pl_module.net.state_dict()
         for impl in IMPLS:
             net = build_network(**{**pl_module.network_kwargs(), "norm_impl": impl, "norm_fallback": None}).to(x.device)
             net.load_state_dict(state)
             out = net(x)
-            grads[impl] = torch.autograd.grad(loss(pl_module.hparams.kind, out, y), list(net.parameters()))
+            names, params = zip(*net.named_parameters())
+            grads[impl] = dict(zip(names, torch.autograd.grad(loss(pl_module.hparams.kind, out, y), params)))
             outs[impl] = out.detach()
         return outs, grads
 

@@ -86,6 +86,8 @@ class RunResult:
     initial_weights_sha256: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
+    #: per compared path, the norm layer whose weight gradient came closest to the tolerance over the run
+    norm_worst_layers: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     step_ms: float = float("nan")  # the median of the step timer's window medians
     rmsnorm_ms: float = float("nan")  # the same for the RMSNorm layer's GPU time (nan: not measured)
@@ -566,6 +568,9 @@ def train_and_check_body(
         result.metrics[parity_tag(path, "worst_over_tol")] = (
             verdict.worst_over_tol if parity.checked_steps else float("nan")
         )
+        if verdict.norm_worst_layer:
+            result.metrics[parity_tag(path, "norm_worst_over_tol")] = verdict.norm_worst_over_tol
+            result.norm_worst_layers[path] = verdict.norm_worst_layer
     result.failures = failed_checks(cfg, result, parity, diff, reloaded_impl, module.calls_unknown_before)
     params = {**flat_hparams(cfg), "backend": backend()}
     if result.branched_from:

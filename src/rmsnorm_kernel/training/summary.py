@@ -105,6 +105,13 @@ def parity_lines(r: RunResult) -> list[str]:
         f"difference {worst} of the tolerance; their Triton calls: forward {r.calls.get('parity/forward')}, "
         f"backward {r.calls.get('parity/backward')}"
     )
+    layers = [
+        f"{r.norm_worst_layers[path]} {m[parity_tag(path, 'norm_worst_over_tol')]:.3g} ({path})"
+        for path in COMPARED
+        if path in r.norm_worst_layers
+    ]
+    if layers:
+        lines.append(f"  worst norm layer's weight gradient, of the tolerance: {', '.join(layers)}")
     return lines
 
 
