@@ -319,3 +319,18 @@ def test_residual_in_fp32_keeps_y_in_x_dtype_on_every_path(device):
     for impl in IMPLS:
         y, h = RMSNorm(8, impl=impl, device=device, dtype=torch.bfloat16)(x, residual, residual_in_fp32=True)
         assert (y.dtype, h.dtype) == (torch.bfloat16, torch.float32), impl
+
+
+def test_with_fallback_the_residual_add_still_runs_in_the_fused_kernels_where_the_contract_accepts_it(
+    device, monkeypatch
+):
+    from rmsnorm_kernel.ops import module
+
+    fused = []
+    real = module.rmsnorm
+    monkeypatch.setattr(module, "rmsnorm", lambda *a, **k: fused.append("residual" in k) or real(*a, **k))
+    m = RMSNorm(16, impl="triton", fallback="reference", device=device)
+    x, residual = (torch.randn(3, 16, device=device) for _ in range(2))
+    y, h = m(x, residual)
+    assert fused == [True] and m.fallback_count == 0
+    assert torch.equal(h, x + residual)

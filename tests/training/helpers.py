@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from rmsnorm_kernel.testing import forward_block_mean
 from rmsnorm_kernel.training import cli
 from rmsnorm_kernel.training.checkpoints import read_checkpoint
 from rmsnorm_kernel.training.events import read_scalars
+from rmsnorm_kernel.training.model import RMSNormRegressor
 from rmsnorm_kernel.training.network import NETWORK_KEYS, build_network
 from rmsnorm_kernel.training.run import RunResult, run
 from tests.helpers import DEVICE, QUIET, compose_cfg
@@ -168,3 +170,17 @@ def full_disk_after(monkeypatch, module, name, writes):
         return f
 
     monkeypatch.setattr(module, "open", refusing_open, raising=False)
+
+
+def signal_after_step(monkeypatch, step, signum):
+    """The process sends itself ``signum`` during training step ``step`` (as a scheduler would), which the
+    run then ends with."""
+    training_step = RMSNormRegressor.training_step
+
+    def signalled(self, batch, batch_idx):
+        out = training_step(self, batch, batch_idx)
+        if self.global_step == step - 1:  # the step's own count, before its optimizer step
+            os.kill(os.getpid(), signum)
+        return out
+
+    monkeypatch.setattr(RMSNormRegressor, "training_step", signalled)

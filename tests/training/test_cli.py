@@ -374,7 +374,7 @@ def fake_multirun(monkeypatch):
 
 
 def test_ctrl_c_in_a_multirun_stops_it_as_a_whole_with_exit_130_and_one_line(tmp_path, capsys, monkeypatch):
-    from tests.training.test_resume import signal_after_step
+    from .helpers import signal_after_step
 
     fake_multirun(monkeypatch)
     signal_after_step(monkeypatch, 2, signal.SIGINT)

@@ -29,6 +29,7 @@ from .helpers import (
     main,
     scalars_of,
     shared_run,
+    signal_after_step,
     train,
 )
 
@@ -406,18 +407,6 @@ def test_resuming_an_earlier_checkpoint_of_a_run_that_went_further_starts_a_bran
     assert_same_tree(a["optimizer_states"], b["optimizer_states"])
 
 
-def signal_after_step(monkeypatch, step, signum):
-    """The process sends itself ``signum`` at the end of training step ``step`` (as a scheduler would)."""
-    end = RMSNormRegressor.on_train_batch_end
-
-    def on_train_batch_end(self, *args):
-        end(self, *args)
-        if self.global_step == step:
-            os.kill(os.getpid(), signum)
-
-    monkeypatch.setattr(RMSNormRegressor, "on_train_batch_end", on_train_batch_end)
-
-
 @pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_writes_last_at_the_step_reached_exits_non_zero_and_resumes_bit_identical(
     tmp_path, monkeypatch, capsys, signum, code
@@ -581,6 +570,33 @@ def test_sigterm_during_a_validation_pass_lets_it_end_and_the_resume_logs_every_
     assert read_checkpoint(checkpoint_of(stopped, "reference", "last.ckpt"))["global_step"] == 4
     assert main(stopped, *common, "ckpt_path=last").ok
     assert_same_training(whole, stopped, "reference", steps=10)  # val/mse of steps 4 and 8 included
+
+
+def test_sigterm_during_the_step_before_a_validation_pass_lets_the_pass_run_and_counts_stay_exact(
+    tmp_path, monkeypatch
+):
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    common = ["norm=triton", *RESUMABLE, "data.val_size=64"]  # 2 validation batches, at steps 4 and 8
+    assert train(whole, *common).ok
+    training_step = RMSNormRegressor.training_step
+
+    def signalled(self, batch, batch_idx):
+        out = training_step(self, batch, batch_idx)
+        if self.global_step == 3:  # the step whose end validates (step 4 once it has ended)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(RMSNormRegressor, "training_step", signalled)
+        with pytest.raises(SystemExit) as exit_:
+            main(stopped, *common)
+    assert exit_.value.code == 143
+    ckpt = read_checkpoint(checkpoint_of(stopped, "triton", "last.ckpt"))
+    assert ckpt["global_step"] == 4
+    assert (ckpt["calls"]["train/forward"], ckpt["calls"]["train/backward"]) == (4, 4)  # no validation call among them
+    resumed = main(stopped, *common, "ckpt_path=last")
+    assert resumed.ok, resumed.failures  # the integration check counts 10 and 10
+    assert_same_training(whole, stopped, "triton", steps=10)  # val/mse of steps 4 and 8 included
 
 
 @pytest.mark.parametrize("source", ["last", "final.ckpt"])

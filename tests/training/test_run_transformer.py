@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from rmsnorm_kernel.ops.tolerances import TRAINING_CURVE_RTOL, compare
-from rmsnorm_kernel.training.checkpoints import read_checkpoint
+from rmsnorm_kernel.training.checkpoints import CheckpointError, read_checkpoint
+from rmsnorm_kernel.training.config import ConfigError
 from rmsnorm_kernel.training.events import read_scalars
 from tests.helpers import train_process
 
@@ -150,3 +151,15 @@ def test_two_processes_train_the_language_model_like_one_at_the_same_global_batc
     b = read_checkpoint(checkpoint_of(tmp_path / "single", "triton"))["state_dict"]
     for key, tensor in b.items():
         assert compare(a[key], tensor).ok, key
+
+
+def test_a_window_longer_than_a_split_of_the_text_is_refused_naming_the_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"^model.seq_len is 200000; accepted: fewer than the \d+ bytes of the "):
+        train(tmp_path, "norm=reference", *TINY_LM, "model.seq_len=200000")
+    assert list(tmp_path.iterdir()) == []  # refused before any work
+
+
+def test_a_checkpoint_of_the_regression_is_refused_naming_the_kind_of_network(tmp_path):
+    regression = train(tmp_path / "mlp", "norm=reference")
+    with pytest.raises(CheckpointError, match=r"was trained with model.kind = 'mlp'; the configuration asks for 'tr"):
+        train(tmp_path / "lm", "norm=reference", *TINY_LM, f"ckpt_path={regression.checkpoint}")

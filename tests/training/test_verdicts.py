@@ -6,7 +6,6 @@ carries, and a strategy whose mean over processes is not this process's value. T
 two real processes."""
 
 import math
-import os
 import re
 import signal
 
@@ -15,24 +14,11 @@ import pytest
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.training.callbacks import Interrupted
 from rmsnorm_kernel.training.checkpoints import atomic_torch_save, read_checkpoint
-from rmsnorm_kernel.training.model import RMSNormRegressor
 from rmsnorm_kernel.training.summary import format_summary
 
-from .helpers import DDP, checkpoint_of, main, needs_two_processes, scalars_of, shared_run, train
+from .helpers import DDP, checkpoint_of, main, needs_two_processes, scalars_of, shared_run, signal_after_step, train
 
 STOP_STEP = 3  # of the tiny schedule's 4, between its checkpoints at steps 2 and 4
-
-
-def sigterm_after_step(monkeypatch, step):
-    """The process sends itself SIGTERM at the end of training step ``step``, as a scheduler would."""
-    end = RMSNormRegressor.on_train_batch_end
-
-    def on_train_batch_end(self, *args):
-        end(self, *args)
-        if self.global_step == step:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(RMSNormRegressor, "on_train_batch_end", on_train_batch_end)
 
 
 def one_percent_off(monkeypatch):
@@ -66,7 +52,7 @@ def test_a_failed_initial_parity_stays_failed_after_a_sigterm_and_a_resume(tmp_p
     initial = line_of(lines, "  initial parity (step 0), triton")
     assert initial.endswith("FAILED (beyond the tolerance)")
     with monkeypatch.context() as m:
-        sigterm_after_step(m, STOP_STEP)
+        signal_after_step(m, STOP_STEP, signal.SIGTERM)
         code, _, _ = exit_of(tmp_path / "stopped", capsys, *common)
     assert code == 143
     saved = read_checkpoint(checkpoint_of(tmp_path / "stopped", "triton", "last.ckpt"))
@@ -81,7 +67,7 @@ def test_counts_and_parity_checks_of_a_resumed_run_cover_the_whole_history(tmp_p
     """docs/resume-and-faults.md, "Verdicts across a resume": counts summed, every check reported."""
     _, straight = shared_run(tmp_path_factory, "norm=triton")
     with monkeypatch.context() as m:
-        sigterm_after_step(m, STOP_STEP)
+        signal_after_step(m, STOP_STEP, signal.SIGTERM)
         with pytest.raises(Interrupted):
             train(tmp_path, "norm=triton")
 

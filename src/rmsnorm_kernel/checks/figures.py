@@ -110,13 +110,21 @@ def training_figure(runs_dir: Path, out: Path) -> FigureResult:
     if not runs:
         return FigureResult(name, "skipped", f"no TensorBoard event files under {runs_dir}/")
     usable = {label: s for label, s in runs.items() if s}
-    notes = [f"{label}: no {' or '.join(TRAINING_TAGS)} scalars" for label, s in runs.items() if not s]
+    # the language model's runs (model=transformer) log train/loss instead: this figure is the regression's
+    notes = [
+        f"{label}: no {' or '.join(TRAINING_TAGS)} scalars (not a regression run: not drawn)"
+        for label, s in runs.items()
+        if not s
+    ]
     if not usable:
         return FigureResult(name, "skipped", "; ".join(notes))
     paths_seen = {run_path(label) for label in usable}
     for p in IMPLS:
         if p not in paths_seen:
-            notes.append(f"no run of the {p} path (a run directory's name must contain one of {', '.join(IMPLS)})")
+            notes.append(
+                f"no run of the {p} path among the regression runs (a run directory's name must contain one of "
+                f"{', '.join(IMPLS)})"
+            )
 
     plt = pyplot()
     fig, axes = plt.subplots(1, len(TRAINING_TAGS), figsize=(12, 4.5), squeeze=False)

@@ -126,23 +126,19 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, residual_in_fp32: bool = False):
         """y, or ``(y, h)`` with a ``residual``: h = x + residual (in torch's promoted dtype, float32 with
         ``residual_in_fp32``) and y the norm of h in the dtype y has without a residual, the add and norm of
-        a pre-norm block; the Triton path does both in the same kernels."""
+        a pre-norm block; the Triton path does both in the same kernels (with ``fallback="reference"``, where
+        the contract accepts x and the residual; elsewhere it adds in torch and normalizes h as without one)."""
         if residual is not None or residual_in_fp32 is not False:
             problem = residual_problem(x, residual, residual_in_fp32, kernels=False)
             if problem is not None:
                 raise ValueError("RMSNorm: {} {}; accepted: {}".format(*problem))
-            if self.impl == "triton" and self.fallback is None:
+            if self.impl == "triton":
                 x2, w, eps, mode = self._rows(x)
-                y, h = rmsnorm(
-                    x2,
-                    w,
-                    eps,
-                    self.activation,
-                    mode,
-                    residual=residual.reshape(x2.shape),
-                    residual_in_fp32=residual_in_fp32,
-                )
-                return y.reshape(x.shape), h.reshape(x.shape)
+                r2 = residual.reshape(x2.shape)
+                accepted = _refusal(x2, w, eps) is None and residual_problem(x2, r2, residual_in_fp32) is None
+                if self.fallback is None or accepted:
+                    y, h = rmsnorm(x2, w, eps, self.activation, mode, residual=r2, residual_in_fp32=residual_in_fp32)
+                    return y.reshape(x.shape), h.reshape(x.shape)
             h_dtype = residual_dtype(x.dtype, residual.dtype, residual_in_fp32)
             h = x.to(h_dtype) + residual.to(h_dtype)
             return self(h).to(self._output_dtype(x.dtype)), h

@@ -1,7 +1,9 @@
-"""The training demo behind ``train.py``: Linear -> RMSNorm -> SiLU -> Linear trained with either RMSNorm path.
+"""The training demo behind ``train.py``: a network trained with any RMSNorm path, Linear -> RMSNorm -> SiLU
+-> Linear on synthetic regression data, or a small Llama-style language model on text.
 
 - ``config``: the typed Hydra schema and the range checks (imports no Triton);
-- ``model``, ``data``: the LightningModule and the synthetic, resumable data;
+- ``network``, ``transformer``: the networks, by ``model.kind``; ``text``: the language model's corpus;
+- ``model``, ``data``: the LightningModule and the resumable data of either kind;
 - ``checkpoints``: atomic writes and a reader that names what is wrong with a bad file;
 - ``paths``: where a run's files go;
 - ``callbacks``: the initial-parity check on the first batch;

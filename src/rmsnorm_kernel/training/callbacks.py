@@ -259,8 +259,9 @@ class Parity(L.Callback):
 
 
 class ValidateAtLastStep(L.Callback):
-    """Validation at a run's last step as well as every ``trainer.val_check_interval`` steps, so that
-    ``val/mse`` exists at the final step whatever the schedule (a resumed run too).
+    """Validation at a run's last step as well as every ``trainer.val_check_interval`` steps, so that the
+    validation loss (``val/mse``, ``val/loss``) exists at the final step whatever the schedule (a resumed
+    run too).
 
     Setting ``Trainer.should_stop`` after the last training step is the public way to ask Lightning for
     a validation pass there (it validates when a run is asked to stop, as with early stopping); the run
@@ -379,7 +380,7 @@ class StepCheckpoints(Checkpoint):
     Why not Lightning's ``ModelCheckpoint(every_n_train_steps=...)``: it writes in ``on_train_batch_end``,
     before the validation of that step, and a run resumed from that file does not run that validation
     again (Lightning's loop, restarted after ``on_train_batch_end``, counts it as done). A crash between the
-    write and the end of the validation would lose that step's ``val/mse`` for good. Written after the
+    write and the end of the validation would lose that step's validation loss for good. Written after the
     validation (``on_validation_end``, the point where ``ModelCheckpoint(monitor=...)`` writes too), the
     file holds the validated step, and Lightning's loop, restarted there, neither repeats the validation
     nor skips it; a crash during the validation resumes from the previous checkpoint and redoes it. The
@@ -468,9 +469,13 @@ class SaveOnSignal(L.Callback):
     trainer's (atomic) checkpoint I/O, the same way as the periodic checkpoints. On SLURM, Lightning's
     requeue signal and its handling stay as they are.
 
-    Lightning would stop a validation pass mid-way (it checks after each validation batch), and the
-    resumed run would not repeat it: so during validation SIGTERM is held, and handed to Lightning's
-    handler when the pass ends. The run then stops at once, with that step's ``val/mse`` logged.
+    Lightning would stop a validation pass mid-way (it checks after each validation batch, also when the
+    signal came during the training step before it), and the resumed run would not repeat it; the calls
+    of the part it ran would count as training calls. So while training (and validating), SIGTERM is
+    held, and handed to Lightning's handler once the step is over: at its end when no validation follows
+    it (``StepCheckpoints.validates_after_this_step``), else when the validation pass ends. The run then
+    stops at once, with that step's validation loss logged. A signal that comes after this callback's
+    end-of-step hook (during the module's own) is handed over at the end of the next step.
     """
 
     def __init__(self, checkpoint_dir: Path) -> None:
@@ -481,8 +486,9 @@ class SaveOnSignal(L.Callback):
         self._handler = None  # the SIGTERM handler held back during validation
         self._held: int | None = None
 
-    def on_validation_start(self, trainer, pl_module) -> None:
-        if threading.current_thread() is not threading.main_thread():
+    def _hold(self) -> None:
+        """From now on SIGTERM is recorded, not handled (main thread only: Python runs handlers there)."""
+        if self._handler is not None or threading.current_thread() is not threading.main_thread():
             return
 
         def hold(signum, frame):
@@ -492,6 +498,7 @@ class SaveOnSignal(L.Callback):
         self._handler = signal.signal(signal.SIGTERM, hold)
 
     def _give_back(self) -> None:
+        """Lightning's handler back in place, and a held SIGTERM sent to it."""
         if self._handler is None:
             return
         signal.signal(signal.SIGTERM, self._handler)
@@ -500,7 +507,28 @@ class SaveOnSignal(L.Callback):
             self._held = None
             os.kill(os.getpid(), signal.SIGTERM)  # now Lightning's handler sees it
 
+    def _release_held(self) -> None:
+        """A held SIGTERM goes to Lightning now; without one, the hold goes on."""
+        if self._held is not None:
+            self._give_back()
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._hold()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if not StepCheckpoints.validates_after_this_step(trainer):
+            self._release_held()
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._hold()  # the sanity check's pass, before training; during training the hold is on already
+
     def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking:
+            self._give_back()
+        else:
+            self._release_held()
+
+    def on_train_end(self, trainer, pl_module) -> None:
         self._give_back()
 
     def on_exception(self, trainer, pl_module, exception) -> None:

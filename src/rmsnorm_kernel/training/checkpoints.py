@@ -126,7 +126,7 @@ def check_matches(path: str | os.PathLike, ckpt: dict, expected: dict, defaults:
         if key not in hp:
             raise CheckpointError(f"checkpoint {path} is not from this project's network (no hyper-parameter {key!r})")
         if hp[key] != want:
-            what = "norm path" if key == "norm_impl" else key
+            what = {"norm_impl": "norm path", "kind": "model.kind"}.get(key, key)
             raise CheckpointError(
                 f"checkpoint {path} was trained with {what} = {hp[key]!r}; the configuration asks for {want!r}"
             )

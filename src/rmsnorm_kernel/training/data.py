@@ -16,6 +16,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
+from .config import ConfigError
 from .text import split_bytes, windows
 
 
@@ -187,7 +188,16 @@ class TextData(SplitData):
         super().__init__(batch_size, shuffle_seed)
         self.save_hyperparameters()
         sizes = {"train": train_size, "val": val_size, "test": test_size}
+        text = {split: split_bytes(split) for split in sizes}
+        for split, data in text.items():
+            if len(data) <= seq_len:
+                raise ConfigError(
+                    f"model.seq_len is {seq_len}; accepted: fewer than the {len(data)} bytes of the {split} "
+                    "split's files (training/text.py)"
+                )
+        # The text is the running Python's standard library: a resume checks that it is the same bytes.
+        self.hparams["text_sha256"] = hashlib.sha256(b"".join(t.numpy().tobytes() for t in text.values())).hexdigest()
         self.train, self.val, self.test = (
-            TensorDataset(*windows(split_bytes(split), seq_len, size, seed + i))
+            TensorDataset(*windows(text[split], seq_len, size, seed + i))
             for i, (split, size) in enumerate(sizes.items())
         )

@@ -14,8 +14,9 @@ from ..ops.contract import ContractError, check_forward
 from ..ops.counters import call_counts
 from .network import LOSS_NAMES, NETWORK_KEYS, build_network, fallback_count, loss, network_input, norm_layers
 
-#: Test-split rows whose outputs every checkpoint records, so an audit can re-run the saved network.
-PROBE_ROWS = 64
+#: Test-split rows whose outputs every checkpoint records, so an audit can re-run the saved network: 64
+#: rows of the regression, 4 windows of the language model (whose outputs are seq_len x 256 logits each).
+PROBE_ROWS = {"mlp": 64, "transformer": 4}
 
 
 class TrainingStopped(RuntimeError):
@@ -43,26 +44,26 @@ class RMSNormRegressor(L.LightningModule):
     calls since the previous reading go to the stage that ran in between. Between those edges only
     training steps run, so the training counts hold exactly the calls training made (on the Triton path,
     one forward and one backward per norm layer call in a step: ``network.norm_calls_per_step``). Counts
-    are per process: under data parallelism each process
-    counts its own calls, and the logged ``calls/*`` values, like the summary's, are those of process 0
-    (each process runs every step, so its training counts equal the steps trained).
+    are per process: under data parallelism each process counts its own calls, and the logged ``calls/*``
+    values, like the summary's, are those of process 0 (each process runs every step, so its training
+    counts equal the steps trained times the norm calls of a step).
 
     The counts and the first fallback reason ride in every checkpoint, so a resumed run's counts are
     those of the whole history. A checkpoint without them (written before they were saved) leaves
     ``calls_unknown_before`` at the step it holds: the counts of the steps before it are unknown, and the
     run's integration check fails saying so rather than comparing a part with the whole.
 
-    ``train/mse`` (``train/loss``) is the loss of the global batch (all processes' rows), the same value in TensorBoard,
-    in ``trainer.callback_metrics`` and so in the summary. A non-finite one stops the run at the next
+    ``train/mse`` (``train/loss``) is the loss of the global batch (all processes' rows), the same value in
+    TensorBoard, in ``trainer.callback_metrics`` and so in the summary. A non-finite one stops the run at the next
     reading, naming its step; no checkpoint holds a weight that a step after it changed, since every
     checkpoint reads first.
     """
 
     def __init__(
         self,
-        input_dim: int,
-        hidden_dim: int,
-        output_dim: int,
+        input_dim: int | None,
+        hidden_dim: int | None,
+        output_dim: int | None,
         norm_impl: str,
         eps: float,
         lr: float,
@@ -144,7 +145,7 @@ class RMSNormRegressor(L.LightningModule):
         the first that is not finite, log them at their steps, and settle the training calls.
 
         Called every ``trainer.log_every_n_steps`` steps, before each checkpoint and at the end of training.
-        The same values on every process (global-batch MSEs), so every process stops at the same reading."""
+        The same values on every process (global-batch losses), so every process stops at the same reading."""
         pending, self._pending_loss = self._pending_loss, []
         tag = f"train/{self.loss_name}"
         if pending:
@@ -269,7 +270,7 @@ class RMSNormRegressor(L.LightningModule):
             self.logger.save()  # every scalar up to this checkpoint reaches the disk with it
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if datamodule is not None:
-            x = network_input(self.net, datamodule.test.tensors[0][:PROBE_ROWS])
+            x = network_input(self.net, datamodule.test.tensors[0][: PROBE_ROWS[self.hparams.kind]])
             was_training = self.net.training
             self.net.eval()
             with torch.no_grad():

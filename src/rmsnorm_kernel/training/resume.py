@@ -57,6 +57,8 @@ def furthest_step(folder: Path) -> float:
 def checked(path: Path, module: RMSNormRegressor, data: SplitData) -> dict:
     """The checkpoint at ``path``, if it holds this configuration's network, norm path and data."""
     ckpt = read_checkpoint(path)
+    # the kind of network first: its other keys differ anyway, and would name a size instead of the network
+    check_matches(path, ckpt, {"kind": module.hparams.kind}, NETWORK_DEFAULTS)
     check_matches(path, ckpt, dict(module.hparams), NETWORK_DEFAULTS)
     data_hp = ckpt.get("datamodule_hyper_parameters")
     if data_hp is not None:

@@ -46,7 +46,7 @@ def format_summary(r: RunResult) -> str:
 
     Every verdict and count covers the run's whole history: a resumed run reports what its checkpoint
     carried (the parity checks, the call counts) with what it saw itself, and a verdict its checkpoint
-    did not carry is ``unknown``, never passed. Under data parallelism the MSEs and the parity
+    did not carry is ``unknown``, never passed. Under data parallelism the losses and the parity
     differences are those of the global batch, as TensorBoard has them; the Triton call counts are per
     process (each process counts its own calls): process 0's, as TensorBoard's ``calls/*``.
     """
@@ -134,7 +134,7 @@ def summary_table(rows: list[dict]) -> str:
 
 def comparisons(rows: list[dict]) -> list[str]:
     """Each run of the kernel against the run of every other path with the same configuration (the same
-    run name but for its path): the median step times, and the test MSE difference, one line each, for a
+    run name but for its path): the median step times, and the test loss difference, one line each, for a
     reader who wants to know whether the kernel beats the path they would otherwise use. Nothing for a
     configuration without a kernel run, or with two runs of one path."""
     groups: dict[str, dict[str, list[dict]]] = {}
