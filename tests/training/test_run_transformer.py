@@ -56,6 +56,30 @@ def test_every_path_trains_the_language_model_and_passes_its_checks(paths):
             assert 0.0 <= result.metrics[tag] <= 1.0
 
 
+def test_each_run_logs_its_tokens_per_second_and_charts_every_tag_it_logs(paths):
+    import re
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    for impl, (_, result) in paths.items():
+        tokens_per_step = 4 * 16  # data.batch_size windows of model.seq_len bytes
+        assert result.metrics["time/tokens_per_s"] == pytest.approx(tokens_per_step / (result.step_ms / 1e3))
+        scalars = read_scalars(result.log_dir)
+        assert [s for s, _ in scalars["time/tokens_per_s"]] == [s for s, _ in scalars["time/step_ms"]]
+        acc = EventAccumulator(result.log_dir)
+        acc.Reload()
+        (event,) = acc.Tensors("custom_scalars__config__")
+        (category,) = layout_pb2.Layout.FromString(event.tensor_proto.string_val[0]).category
+        charts = {c.title: list(c.multiline.tag) for c in category.chart}
+        assert list(charts)[:4] == ["train/loss", "val/loss", "val/ppl", next(t for t in charts if "tokens_per_s" in t)]
+        for title, patterns in charts.items():
+            if title.startswith("time/step_ms"):
+                patterns = patterns[:1]  # time/rmsnorm_ms: the layer's GPU time, not on the CPU nor here
+            for pattern in patterns:
+                assert any(re.match(pattern, tag) for tag in scalars), (impl, title, pattern)
+
+
 def test_the_triton_path_runs_once_per_norm_call_and_the_others_never(paths):
     assert paths["triton"][1].calls["train/forward"] == STEPS * NORM_CALLS
     assert paths["triton"][1].calls["train/backward"] == STEPS * NORM_CALLS

@@ -285,6 +285,9 @@ class StepTimer(L.Callback):
     to its end marker, which includes its kernels and any time the GPU waited for the host, so in a
     steady run it is the step's wall time, whichever of the two bounds it.
 
+    ``time/tokens_per_s``, with ``tokens_per_step`` (the language model's): every process's tokens of a
+    step over the window's median step time.
+
     ``time/rmsnorm_ms``, with ``norm_events=True`` on a GPU: the GPU time of the RMSNorm layer in each
     step, forward and backward, from CUDA events recorded on the stream the layer runs on: before and
     after its forward (module hooks), and in backward from the moment the gradient of its output exists
@@ -293,8 +296,9 @@ class StepTimer(L.Callback):
     under ``compile=true``, where the layer is fused into a compiled graph and has no edges to time.
     """
 
-    def __init__(self, norm_events: bool = False) -> None:
+    def __init__(self, norm_events: bool = False, tokens_per_step: int | None = None) -> None:
         self.norm_events = norm_events
+        self.tokens_per_step = tokens_per_step  # one process's; the language model's windows x their length
         self.medians: list[float] = []  # every logged value, for the run's summary
         self.norm_medians: list[float] = []
         self._start: float | torch.cuda.Event = 0.0
@@ -366,6 +370,8 @@ class StepTimer(L.Callback):
         ]
         metrics = {"time/step_ms": statistics.median(times)}
         self.medians.append(metrics["time/step_ms"])
+        if self.tokens_per_step:  # every process's tokens, at the window's median step time
+            metrics["time/tokens_per_s"] = self.tokens_per_step * trainer.world_size / (metrics["time/step_ms"] / 1e3)
         if norm_times:
             metrics["time/rmsnorm_ms"] = statistics.median(norm_times)
             self.norm_medians.append(metrics["time/rmsnorm_ms"])

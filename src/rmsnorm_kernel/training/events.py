@@ -71,6 +71,10 @@ def layout(loss_name: str) -> dict:
     losses = {f"{split}/{loss_name}": ["Multiline", [rf"^{split}/{loss_name}$"]] for split in ("train", "val")}
     if loss_name == "loss":
         losses["val/ppl"] = ["Multiline", [r"^val/ppl$"]]
+        losses["time/tokens_per_s (every process's tokens at each window's median step)"] = [
+            "Multiline",
+            [r"^time/tokens_per_s$"],
+        ]
     return {"rmsnorm_kernel: the RMSNorm paths side by side": {**losses, **CHARTS}}
 
 

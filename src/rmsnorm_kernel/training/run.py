@@ -498,7 +498,8 @@ def train_and_check_body(
         write_layout(logger, result.loss_name)
     parity = Parity(cfg.parity.every_n_steps)
     # The layer's GPU time is timed for the one norm of the regression; the transformer's are not timed.
-    timer = StepTimer(norm_events=not cfg.compile and cfg.model.kind == "mlp")
+    tokens = cfg.data.batch_size * cfg.model.seq_len if cfg.model.kind == "transformer" else None
+    timer = StepTimer(norm_events=not cfg.compile and cfg.model.kind == "mlp", tokens_per_step=tokens)
     on_signal = SaveOnSignal(checkpoint_dir)
     trainer = L.Trainer(
         max_steps=cfg.trainer.max_steps,
@@ -562,6 +563,8 @@ def train_and_check_body(
         "time/step_ms": result.step_ms,
         "time/rmsnorm_ms": result.rmsnorm_ms,
     }
+    if timer.tokens_per_step:
+        result.metrics["time/tokens_per_s"] = timer.tokens_per_step * trainer.world_size / (result.step_ms / 1e3)
     for path, verdict in parity.paths.items():
         result.metrics[parity_tag(path, "initial_output_err")] = verdict.output_err
         result.metrics[parity_tag(path, "initial_grad_err")] = verdict.grad_err
