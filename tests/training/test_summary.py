@@ -379,3 +379,23 @@ def test_after_a_three_path_multirun_the_table_and_the_jobs_list_every_path(tmp_
     assert "job 0 (norm=reference): OK\njob 1 (norm=native): OK\njob 2 (norm=triton): OK" in out
     (js,) = (tmp_path / "runs").glob("summary_*.json")
     assert [(r["run"], r["path"]) for r in json.loads(js.read_text())["runs"]] == [(f"{p}_seed0", p) for p in order]
+
+
+def test_the_table_of_language_model_runs_has_their_losses_and_tokens_per_second():
+    def lm_row(name, tokens_per_s):
+        r = {k: v for k, v in row(name, 0.0).items() if not k.endswith("/mse")}
+        return {
+            **r,
+            "loss_name": "loss",
+            "train/loss": 3.5,
+            "val/loss": 3.25,
+            "test/loss": 3.0,
+            "time/tokens_per_s": tokens_per_s,
+        }
+
+    lines = summary_table([lm_row("reference_seed0_transformer", 1000.0), lm_row("triton_seed0_transformer", 2000.0)])
+    rows = [line for line in lines.splitlines() if line.startswith("| ") and not line.startswith("| |")]
+    names = [line.split(" | ")[0].removeprefix("| ") for line in rows]
+    assert names[3:6] == ["train/loss", "val/loss", "test/loss"] and "train/mse" not in names
+    assert "| time/tokens_per_s | 1000 | 2000 |" in rows
+    assert "time/tokens_per_s" not in summary_table([row("reference_seed0", 0.125)])

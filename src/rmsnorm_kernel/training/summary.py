@@ -34,6 +34,7 @@ TABLE_KEYS = (
     "calls/parity_forward",
     "reload/max_abs_diff",
     "time/step_ms",
+    "time/tokens_per_s",
     "time/rmsnorm_ms",
     "initial_weights_sha256",
     "seconds",
@@ -116,6 +117,10 @@ def parity_lines(r: RunResult) -> list[str]:
     return lines
 
 
+def _missing(value) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
 def summary_table(rows: list[dict]) -> str:
     """Runs side by side, one column per run, then the kernel's runs against the other paths' (``comparisons``)."""
 
@@ -126,6 +131,8 @@ def summary_table(rows: list[dict]) -> str:
     lines = [header, "|---" * (len(rows) + 1) + "|"]
     names = list(dict.fromkeys(r["loss_name"] for r in rows))  # the losses of these runs, in their order
     keys = [k.format(name) for k in TABLE_KEYS for name in (names if k in LOSS_ROWS else [None])]
+    # the regression's runs log no tokens per second: that row only where a run has it
+    keys = [k for k in keys if k != "time/tokens_per_s" or any(not _missing(r.get(k, math.nan)) for r in rows)]
     lines += ["| " + k + " | " + " | ".join(fmt(r.get(k, math.nan)) for r in rows) + " |" for k in keys]
     against = comparisons(rows)
     if against:
@@ -198,6 +205,7 @@ def table_row(r: RunResult) -> dict:
         "calls/parity_forward": last(s, "calls/parity_forward"),
         "reload/max_abs_diff": last(s, "reload/max_abs_diff"),
         "time/step_ms": median(s, "time/step_ms"),  # the median of the windows' medians
+        "time/tokens_per_s": median(s, "time/tokens_per_s"),  # the language model's; nan for the regression
         "time/rmsnorm_ms": median(s, "time/rmsnorm_ms"),  # nan where not measured (CPU, compile=true)
         "initial_weights_sha256": r.initial_weights_sha256[:16],
         "seconds": round(r.seconds, 1),
