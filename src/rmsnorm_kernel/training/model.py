@@ -276,11 +276,14 @@ class RMSNormRegressor(L.LightningModule):
             with torch.no_grad():
                 # Recorded where the kernels run, on either path, so that a reload there (check-checkpoints,
                 # the tests) reproduces these bits. Lightning hands the module back on the CPU after fit:
-                # then the saved weights run there without moving the module itself.
+                # then the saved weights run there without moving the module itself, with every buffer (the
+                # state dict leaves out the language model's rotary tables, which are not saved).
                 if self.device.type != kernel_device_type():
                     device = torch.device(kernel_device_type())
-                    params = {k: v.to(device) for k, v in self.net.state_dict().items()}
-                    out = torch.func.functional_call(self.net, params, (x.to(device),))
+                    tensors = {**dict(self.net.named_parameters()), **dict(self.net.named_buffers())}
+                    out = torch.func.functional_call(
+                        self.net, {k: v.to(device) for k, v in tensors.items()}, (x.to(device),)
+                    )
                 else:
                     out = self.net.forward(x.to(self.device))  # eager, also when compiled
             out = out.float().cpu()
