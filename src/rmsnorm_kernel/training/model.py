@@ -122,8 +122,9 @@ class RMSNormRegressor(L.LightningModule):
         x, y = batch
         fallbacks = fallback_count(self.net)
         pred = self.net(x)
-        self.calls["train/fallback"] += fallback_count(self.net) - fallbacks
-        if fallback_count(self.net) > fallbacks and self.fallback_reason is None:
+        fell_back = fallback_count(self.net) - fallbacks
+        self.calls["train/fallback"] += fell_back
+        if fell_back and self.fallback_reason is None:
             self.fallback_reason = self._refusal(x)
         step_loss = loss(self.hparams.kind, pred, y)
         # The loss of the global batch: under data parallelism each process holds an equal share of it.
