@@ -44,10 +44,10 @@ def test_the_sweep_refuses_constants_an_override_would_not_reach():
         with launch_sweep.overrides(TILE_ELEMENT=1):
             pass
     # bound into kernels.py at import: the launchers would keep launching the old value
-    with pytest.raises(ValueError, match="SUM_BLOCK_N is read by the launchers"):
-        with launch_sweep.overrides(SUM_BLOCK_N=64):
+    with pytest.raises(ValueError, match="SUM_BLOCK_P is read by the launchers"):
+        with launch_sweep.overrides(SUM_BLOCK_P=16):
             pass
-    assert launch.SUM_BLOCK_N != 64
+    assert launch.SUM_BLOCK_P != 16
 
 
 class FasterEachTime:

@@ -71,7 +71,7 @@ import triton
 import triton.language as tl
 
 from .backend import INTERPRETER, backend
-from .launch import SUM_BLOCK_N, SUM_BLOCK_P, SUM_WARPS, Plan, plan_for, vector_width
+from .launch import SUM_BLOCK_P, SUM_WARPS, Plan, plan_for, vector_width
 from .reference import output_dtype, residual_dtype
 
 #: Whether ``_rounded`` rounds float32 to bfloat16 itself: only under Triton's interpreter (see there).
@@ -720,13 +720,13 @@ def rmsnorm_backward(
             FP64=fp64,
             num_warps=p.bwd_warps,
         )
-    launch(_dgamma_column_sum_kernel)[(triton.cdiv(n, SUM_BLOCK_N),)](
+    launch(_dgamma_column_sum_kernel)[(triton.cdiv(n, p.sum_block_n),)](
         partial,
         dgamma,
         p.partial_rows,
         n,
         BLOCK_P=SUM_BLOCK_P,
-        BLOCK_N=SUM_BLOCK_N,
+        BLOCK_N=p.sum_block_n,
         FP64=fp64,
         num_warps=SUM_WARPS,
     )

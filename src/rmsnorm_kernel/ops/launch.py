@@ -73,6 +73,8 @@ SEG_PROGRAMS_PER_SM = 2
 # dgamma's second pass over the (P, N) partials
 SUM_BLOCK_P = 64
 SUM_BLOCK_N = 32
+# Under Triton's interpreter programs run one after another, about a millisecond each: fewer, wider ones
+INTERPRETER_SUM_BLOCK_N = 1024
 SUM_WARPS = 4
 # Shared memory left for Triton's own reduction scratch when sizing pipeline stages.
 SMEM_RESERVE_BYTES = 8 * 1024
@@ -137,6 +139,8 @@ class Plan:
     #: Looped rows: the backward's row statistics walk each row in chunks of this many lanes.
     stats_block_n: int
     stats_warps: int
+    #: Columns a program of the dgamma column sum takes.
+    sum_block_n: int
     #: Elements per vector load of x the plan was made for (``vector_width``); it chooses the branches.
     vec: int
 
@@ -148,7 +152,13 @@ def plan(rows: int, n: int, gpu: Gpu, vec: int | None = None, x_bytes: int = 4, 
     16-byte boundaries)."""
     if vec is None:
         vec = min(16 // x_bytes, n & -n)
-    return Plan(**_forward(rows, n, gpu, vec, x_bytes), **_backward(rows, n, gpu, x_bytes, gamma_bytes), vec=vec)
+    sum_block_n = INTERPRETER_SUM_BLOCK_N if gpu == INTERPRETER else SUM_BLOCK_N
+    return Plan(
+        **_forward(rows, n, gpu, vec, x_bytes),
+        **_backward(rows, n, gpu, x_bytes, gamma_bytes),
+        sum_block_n=sum_block_n,
+        vec=vec,
+    )
 
 
 def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int) -> dict:
