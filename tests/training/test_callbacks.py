@@ -412,3 +412,76 @@ def test_a_validation_steps_checkpoint_is_written_after_its_validation(tmp_path)
     assert (tmp_path / "step00004.ckpt").read_bytes() == b"another run's"
     names = ("step00002.ckpt", "step00004-v1.ckpt", "step00006.ckpt", "step00008.ckpt", "step00010.ckpt")
     assert callback.written == [tmp_path / name for name in names]
+
+
+class TickEvent:
+    """A stand-in for ``torch.cuda.Event`` on the CPU: each ``record`` takes the next tick of one clock, and
+    every event recorded is kept, so that a test can see the order of the timer's edges."""
+
+    clock = 0
+    recorded: list = []
+
+    def __init__(self, enable_timing=False):
+        self.tick = None
+
+    def record(self):
+        TickEvent.clock += 1
+        self.tick = TickEvent.clock
+        TickEvent.recorded.append(self)
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return float(end.tick - self.tick)
+
+
+@pytest.mark.parametrize("impl", ["reference", "triton"])
+def test_the_step_timer_times_every_norm_of_the_language_model_apart_forward_and_backward(monkeypatch, impl):
+    from rmsnorm_kernel.training.network import build_network, norm_layers
+
+    monkeypatch.setattr(callbacks.torch.cuda, "Event", TickEvent)
+    monkeypatch.setattr(TickEvent, "recorded", [])
+    torch.manual_seed(0)
+    # two blocks with q/k norm: 9 norms, fused residual adds with two inputs and two outputs each
+    net = build_network(
+        None,
+        None,
+        None,
+        impl,
+        1e-6,
+        kind="transformer",
+        dim=16,
+        layers=2,
+        heads=2,
+        mlp_hidden=32,
+        seq_len=8,
+        qk_norm=True,
+    )
+    module = SimpleNamespace(device=SimpleNamespace(type="cuda"), net=net)  # the timer hooks on a GPU only
+    timer, logger = StepTimer(norm_events=True), Logger()
+    timer.on_train_start(None, module)
+    timer.on_train_batch_start(None, module, None, 0)
+    net(torch.randint(0, 256, (2, 8))).float().square().mean().backward()
+    events = timer._events
+    trainer = SimpleNamespace(global_step=1, max_steps=1, log_every_n_steps=1, logger=logger)
+    timer.on_train_batch_end(trainer, module, None, None, 0)
+    timer.on_train_end(None, module)
+
+    names = [name for name, _ in norm_layers(net)]
+    assert len(names) == 9 and sorted(events) == sorted(names)
+    spans = {}
+    for name in names:
+        e = {edge: events[name][edge].tick for edge in callbacks.EDGES}
+        assert e["forward_start"] < e["forward_end"] < e["backward_start"] < e["backward_end"], name
+        spans[name] = e
+    # each layer's backward holds no other layer's: its start waits for every output's gradient (an
+    # attention norm's y gets its gradient after the q/k norms' backward)
+    backward = sorted((s["backward_start"], s["backward_end"]) for s in spans.values())
+    assert all(end < next_start for (_, end), (next_start, _) in zip(backward, backward[1:]))
+    expected = sum(
+        s["forward_end"] - s["forward_start"] + s["backward_end"] - s["backward_start"] for s in spans.values()
+    )
+    ((_, metrics),) = logger.logged
+    assert metrics["time/rmsnorm_ms"] == expected < metrics["time/step_ms"]
+    assert not any(m._forward_hooks or m._forward_pre_hooks for _, m in norm_layers(net))

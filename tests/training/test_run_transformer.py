@@ -13,7 +13,7 @@ from rmsnorm_kernel.ops.tolerances import TRAINING_CURVE_RTOL, compare
 from rmsnorm_kernel.training.checkpoints import CheckpointError, read_checkpoint
 from rmsnorm_kernel.training.config import ConfigError
 from rmsnorm_kernel.training.events import read_scalars
-from tests.helpers import train_process
+from tests.helpers import DEVICE, train_process
 
 from .helpers import DDP, SCHEDULE, checkpoint_of, needs_two_processes, train
 
@@ -67,6 +67,12 @@ def test_each_run_logs_its_tokens_per_second_and_charts_every_tag_it_logs(paths)
         assert result.metrics["time/tokens_per_s"] == pytest.approx(tokens_per_step / (result.step_ms / 1e3))
         scalars = read_scalars(result.log_dir)
         assert [s for s, _ in scalars["time/tokens_per_s"]] == [s for s, _ in scalars["time/step_ms"]]
+        if DEVICE == "cuda":  # every norm layer's GPU time in each window, a part of the step's
+            norms, steps = scalars["time/rmsnorm_ms"], scalars["time/step_ms"]
+            assert [s for s, _ in norms] == [s for s, _ in steps]
+            assert all(0 < norm < whole for (_, norm), (_, whole) in zip(norms, steps))
+        else:
+            assert "time/rmsnorm_ms" not in scalars  # no GPU, no GPU time
         acc = EventAccumulator(result.log_dir)
         acc.Reload()
         (event,) = acc.Tensors("custom_scalars__config__")
@@ -74,8 +80,8 @@ def test_each_run_logs_its_tokens_per_second_and_charts_every_tag_it_logs(paths)
         charts = {c.title: list(c.multiline.tag) for c in category.chart}
         assert list(charts)[:4] == ["train/loss", "val/loss", "val/ppl", next(t for t in charts if "tokens_per_s" in t)]
         for title, patterns in charts.items():
-            if title.startswith("time/step_ms"):
-                patterns = patterns[:1]  # time/rmsnorm_ms: the layer's GPU time, not on the CPU nor here
+            if title.startswith("time/step_ms") and DEVICE != "cuda":
+                patterns = patterns[:1]  # time/rmsnorm_ms: the layers' GPU time, on a GPU only
             for pattern in patterns:
                 assert any(re.match(pattern, tag) for tag in scalars), (impl, title, pattern)
 

@@ -74,8 +74,8 @@ def test_the_summary_of_a_run_that_passed():
 def test_the_summary_gives_the_norms_share_of_a_step_where_a_gpu_measured_it():
     line = format_summary(result(metrics={**METRICS, "time/rmsnorm_ms": 0.375})).splitlines()[1]
     assert (
-        line
-        == "  path triton, backend interpreter, 4 steps, 1.2 s, median step 1.5 ms (RMSNorm 0.375 ms of it, GPU time)"
+        line == "  path triton, backend interpreter, 4 steps, 1.2 s, median step 1.5 ms"
+        " (RMSNorm layers 0.375 ms of it, 25%, GPU time)"
     )
 
 

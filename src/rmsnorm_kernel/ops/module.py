@@ -141,7 +141,7 @@ class RMSNorm(nn.Module):
                     return y.reshape(x.shape), h.reshape(x.shape)
             h_dtype = residual_dtype(x.dtype, residual.dtype, residual_in_fp32)
             h = x.to(h_dtype) + residual.to(h_dtype)
-            return self(h).to(self._output_dtype(x.dtype)), h
+            return self.forward(h).to(self._output_dtype(x.dtype)), h  # forward: hooks fire once a call
         if self.impl == "native":
             self._check_trailing_shape(x)
             y = self._native(x)

@@ -5,6 +5,7 @@ the run."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import statistics
@@ -273,6 +274,10 @@ class ValidateAtLastStep(L.Callback):
             trainer.should_stop = True
 
 
+#: The events that time one norm layer in a step.
+EDGES = frozenset({"forward_start", "forward_end", "backward_start", "backward_end"})
+
+
 class StepTimer(L.Callback):
     """``time/step_ms``: the median time of the training steps in each logging window
     (``trainer.log_every_n_steps`` steps), logged at the window's last step and at the run's last step.
@@ -288,12 +293,16 @@ class StepTimer(L.Callback):
     ``time/tokens_per_s``, with ``tokens_per_step`` (the language model's): every process's tokens of a
     step over the window's median step time.
 
-    ``time/rmsnorm_ms``, with ``norm_events=True`` on a GPU: the GPU time of the RMSNorm layer in each
-    step, forward and backward, from CUDA events recorded on the stream the layer runs on: before and
-    after its forward (module hooks), and in backward from the moment the gradient of its output exists
-    to the moment the gradient of its input is complete (tensor hooks). The median per window, like
-    ``time/step_ms``. It is not logged on the CPU (the interpreter's time says nothing about a GPU) nor
-    under ``compile=true``, where the layer is fused into a compiled graph and has no edges to time.
+    ``time/rmsnorm_ms``, with ``norm_events=True`` on a GPU: the GPU time of every RMSNorm layer of the
+    network in each step (``network.norm_layers``: the regression's one, the language model's every block
+    norm, q/k norm and final norm), forward and backward, summed over the layers. Each layer's time comes
+    from CUDA events recorded on the stream it runs on by its module hooks: before and after its forward,
+    and in backward from the moment the gradients of all its outputs exist to the moment the gradients
+    of all its inputs are complete (``register_full_backward_pre_hook`` and
+    ``register_full_backward_hook``, which see a fused residual add's two outputs and two inputs). The
+    median per window, like ``time/step_ms``; ``time/rmsnorm_ms`` over ``time/step_ms`` is the norms'
+    share of the step. It is not logged on the CPU (the interpreter's time says nothing about a GPU) nor
+    under ``compile=true``, where the layers are fused into a compiled graph and have no edges to time.
     """
 
     def __init__(self, norm_events: bool = False, tokens_per_step: int | None = None) -> None:
@@ -302,41 +311,33 @@ class StepTimer(L.Callback):
         self.medians: list[float] = []  # every logged value, for the run's summary
         self.norm_medians: list[float] = []
         self._start: float | torch.cuda.Event = 0.0
-        self._steps: list = []  # the window's steps: (start, end, the layer's events), read at its end
-        self._events: dict[str, torch.cuda.Event] = {}
+        self._steps: list = []  # the window's steps: (start, end, the layers' events), read at its end
+        self._events: dict[str, dict[str, torch.cuda.Event]] = {}  # layer name -> edge -> event
+        self._layers: list[str] = []
         self._hooks: list = []
 
     def on_train_start(self, trainer, pl_module) -> None:
         if self.norm_events and pl_module.device.type == "cuda" and not self._hooks:
-            norm = pl_module.net.norm
-            self._hooks = [
-                norm.register_forward_pre_hook(self._before_norm),
-                norm.register_forward_hook(self._after_norm),
-            ]
+            for name, norm in norm_layers(pl_module.net):
+                self._layers.append(name)
+                self._hooks += [
+                    norm.register_forward_pre_hook(functools.partial(self._on_norm, name, "forward_start")),
+                    norm.register_forward_hook(functools.partial(self._on_norm, name, "forward_end")),
+                    norm.register_full_backward_pre_hook(functools.partial(self._on_norm, name, "backward_start")),
+                    norm.register_full_backward_hook(functools.partial(self._on_norm, name, "backward_end")),
+                ]
 
     def on_train_end(self, trainer, pl_module) -> None:
         for hook in self._hooks:
             hook.remove()
-        self._hooks = []
+        self._hooks, self._layers = [], []
 
-    def _record(self, name: str) -> None:
+    def _on_norm(self, layer: str, edge: str, module, *hook_args) -> None:
+        if not module.training or (edge.startswith("forward") and not torch.is_grad_enabled()):
+            return  # validation and test
         event = torch.cuda.Event(enable_timing=True)
         event.record()
-        self._events[name] = event
-
-    def _before_norm(self, module, args) -> None:
-        if not (module.training and torch.is_grad_enabled()):
-            return  # validation and test
-        self._record("forward_start")
-        if args[0].requires_grad:  # the gradient of the input is complete: the layer's backward ended
-            args[0].register_hook(lambda grad: self._record("backward_end"))
-
-    def _after_norm(self, module, args, output) -> None:
-        if not (module.training and torch.is_grad_enabled()) or "forward_start" not in self._events:
-            return
-        self._record("forward_end")
-        if output.requires_grad:  # the gradient of the output exists: the layer's backward starts
-            output.register_hook(lambda grad: self._record("backward_start"))
+        self._events.setdefault(layer, {})[edge] = event
 
     @staticmethod
     def _now(pl_module) -> float | torch.cuda.Event:
@@ -364,9 +365,13 @@ class StepTimer(L.Callback):
         else:
             times = [(end - start) * 1e3 for start, end, _ in steps]
         norm_times = [
-            e["forward_start"].elapsed_time(e["forward_end"]) + e["backward_start"].elapsed_time(e["backward_end"])
+            sum(
+                e[layer]["forward_start"].elapsed_time(e[layer]["forward_end"])
+                + e[layer]["backward_start"].elapsed_time(e[layer]["backward_end"])
+                for layer in self._layers
+            )
             for _, _, e in steps
-            if {"forward_start", "forward_end", "backward_start", "backward_end"} <= e.keys()
+            if self._layers and all(EDGES <= e.get(layer, {}).keys() for layer in self._layers)
         ]
         metrics = {"time/step_ms": statistics.median(times)}
         self.medians.append(metrics["time/step_ms"])

@@ -90,7 +90,7 @@ class RunResult:
     norm_worst_layers: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     step_ms: float = float("nan")  # the median of the step timer's window medians
-    rmsnorm_ms: float = float("nan")  # the same for the RMSNorm layer's GPU time (nan: not measured)
+    rmsnorm_ms: float = float("nan")  # the same for the RMSNorm layers' GPU time (nan: not measured)
     failures: list[str] = field(default_factory=list)
     parity_skipped: str = ""  # why the initial parity check compared nothing
     fallback_reason: str = ""  # the first reason a training step went to the reference
@@ -497,9 +497,8 @@ def train_and_check_body(
             mark_restart(logger, resume.global_step)
         write_layout(logger, result.loss_name)
     parity = Parity(cfg.parity.every_n_steps)
-    # The layer's GPU time is timed for the one norm of the regression; the transformer's are not timed.
     tokens = cfg.data.batch_size * cfg.model.seq_len if cfg.model.kind == "transformer" else None
-    timer = StepTimer(norm_events=not cfg.compile and cfg.model.kind == "mlp", tokens_per_step=tokens)
+    timer = StepTimer(norm_events=not cfg.compile, tokens_per_step=tokens)
     on_signal = SaveOnSignal(checkpoint_dir)
     trainer = L.Trainer(
         max_steps=cfg.trainer.max_steps,

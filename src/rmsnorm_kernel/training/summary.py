@@ -53,11 +53,16 @@ def format_summary(r: RunResult) -> str:
     """
     m = r.metrics
     norm_ms = m.get("time/rmsnorm_ms", math.nan)  # measured on a GPU only
+    step_ms = m.get("time/step_ms", math.nan)
     lines = [
         f"run {r.name}: {'OK' if r.ok else 'FAILED'}",
         f"  path {r.impl}, backend {r.backend}, {r.steps} steps, {r.seconds:.1f} s, "
-        f"median step {m.get('time/step_ms', float('nan')):.3g} ms"
-        + ("" if math.isnan(norm_ms) else f" (RMSNorm {norm_ms:.3g} ms of it, GPU time)")
+        f"median step {step_ms:.3g} ms"
+        + (
+            ""
+            if math.isnan(norm_ms)
+            else f" (RMSNorm layers {norm_ms:.3g} ms of it, {norm_ms / step_ms:.0%}, GPU time)"
+        )
         + (f", {m['time/tokens_per_s']:.4g} tokens/s" if "time/tokens_per_s" in m else ""),
         f"  {r.loss_name}: "
         + ", ".join(f"{s} {m.get(f'{s}/{r.loss_name}', float('nan')):.6f}" for s in ("train", "val", "test"))
