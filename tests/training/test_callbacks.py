@@ -129,7 +129,7 @@ def test_a_native_path_off_the_reference_along_the_run_stops_it_naming_the_path(
     with pytest.raises(
         ParityError,
         match=r"^parity at step 50: the native and reference paths differ by [^;]* times the float32 tolerance "
-        r"\(atol 1e-05, rtol 0.0001\), worst among the norm layers' weight gradients at norm \([^)]*\), "
+        r"\(atol 1e-05, rtol 0.0001\), worst at the norm layer norm \([^)]*\), "
         r"before that step changed any weight$",
     ):
         measure(step=50)
@@ -143,7 +143,7 @@ def test_a_wrong_kernel_along_the_run_stops_it_naming_the_step(monkeypatch):
     with pytest.raises(
         ParityError,
         match=r"^parity at step 50: the triton and reference paths differ by .* times the "
-        r"float32 tolerance \(atol 1e-05, rtol 0.0001\), worst among the norm layers' weight gradients at norm "
+        r"float32 tolerance \(atol 1e-05, rtol 0.0001\), worst at the norm layer norm "
         r"\([^)]*\), before that step changed any weight$",
     ):
         Parity(every_n_steps=25).on_train_batch_start(trainer, module, batch, 0)
@@ -260,7 +260,7 @@ def test_a_checkpoint_without_call_counts_leaves_the_earlier_counts_unknown():
 )
 def test_it_checks_at_step_0_and_every_k_steps(every, steps, checked, monkeypatch):
     seen = []
-    monkeypatch.setattr(Parity, "_every_path", staticmethod(lambda m, x, y: seen.append(None) or _agreeing(m, x, y)))
+    monkeypatch.setattr(Parity, "_every_layer", staticmethod(lambda m, x, y: seen.append(None) or _agreeing(m, x, y)))
     parity = Parity(every_n_steps=every)
     module, batch = module_and_batch()
     for step in steps:
@@ -271,8 +271,8 @@ def test_it_checks_at_step_0_and_every_k_steps(every, steps, checked, monkeypatc
 def _agreeing(module, x, y):
     with torch.no_grad():
         out = module.net(x)
-    grads = {name: torch.zeros_like(p) for name, p in module.net.named_parameters()}
-    return dict.fromkeys(IMPLS, out), dict.fromkeys(IMPLS, grads)
+    results = {"y": out, "dx": torch.zeros_like(x), "dweight": torch.zeros_like(module.net.norm.weight)}
+    return {"norm": dict.fromkeys(IMPLS, results)}
 
 
 def test_a_refused_shape_is_skipped_with_the_contract_reason_and_not_checked_again(monkeypatch):
@@ -281,7 +281,7 @@ def test_a_refused_shape_is_skipped_with_the_contract_reason_and_not_checked_aga
     def refuse(module, x, y):
         raise ContractError("rmsnorm (triton): x has rows of N = 70000 elements; accepted: N <= 65536")
 
-    monkeypatch.setattr(Parity, "_every_path", staticmethod(refuse))
+    monkeypatch.setattr(Parity, "_every_layer", staticmethod(refuse))
     parity = Parity(every_n_steps=1)
     module, batch = module_and_batch()
     for step in (0, 1, 2):

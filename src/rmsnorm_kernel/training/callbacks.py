@@ -21,9 +21,10 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from ..ops.contract import ContractError
 from ..ops.impls import IMPLS
+from ..ops.module import RMSNorm
 from ..ops.tolerances import TOLERANCES, compare
 from .model import TrainingStopped
-from .network import build_network, loss, norm_layers
+from .network import build_network, loss, network_input, norm_layers
 
 
 class ParityError(TrainingStopped):
@@ -34,6 +35,8 @@ class ParityError(TrainingStopped):
 ORACLE = "reference"
 #: The paths compared with the oracle at each check, in the order they are reported.
 COMPARED = tuple(impl for impl in IMPLS if impl != ORACLE)
+#: What a norm layer's parity check calls its outputs; the rest of what it compares are gradients.
+OUTPUTS = ("y", "h")
 #: The path whose parity numbers keep the plain names (``parity/output_err``).
 KERNEL = "triton"
 
@@ -60,25 +63,30 @@ class PathVerdict:
     failed_steps: list[int] = field(default_factory=list)  # the checked steps past the tolerance
     worst_over_tol: float = 0.0  # the largest over every check (all processes')
     unknown_before: int | None = None  # resumed at this step from a checkpoint without this path's verdicts
-    # Of the norm layers' weight gradients alone: the largest ratio to the tolerance over every check, and
-    # the layer it was seen at (``network.norm_layers``' name: ``norm``, ``blocks.1.mlp_norm``...).
+    # The worst norm layer: its largest ratio to the tolerance over every check, and the layer it was seen
+    # at (``network.norm_layers``' name: ``norm``, ``blocks.1.mlp_norm``...).
     norm_worst_over_tol: float = 0.0
     norm_worst_layer: str = ""
 
 
 class Parity(L.Callback):
     """Every RMSNorm path on the step's batch, from a copy of the module's current weights, each compared
-    with the reference (the oracle): Triton against the reference, ``F.rms_norm`` (native) against the
-    reference, whichever path the run trains on.
+    with the reference (the oracle) layer by layer: Triton against the reference, ``F.rms_norm`` (native)
+    against the reference, whichever path the run trains on.
 
-    The verdict covers every compared path (``COMPARED``): a check passes when each path's outputs and
-    parameter gradients (of the network's loss, ``network.loss``) agree with the reference's within the tolerance of
-    ``ops/tolerances.py`` for their dtype, and fails when any one of them does not, naming that path.
-    The module itself, its path, weights and gradients are left as they were. The comparison runs in
-    the dtype of the parameters: float32, also when training runs in mixed precision, or bfloat16 under
-    ``trainer.precision=bf16-true``. The Triton calls
-    it makes are counted in the module's ``calls["parity/forward"]`` and ``calls["parity/backward"]``,
-    apart from the training steps' counts.
+    A copy of the network on the reference path runs the batch forward and backward (the gradient of the
+    network's loss, ``network.loss``), and each norm layer (``network.norm_layers``) keeps the inputs it
+    saw and the gradients its outputs got. Each layer is then run alone on every path from those inputs
+    and output gradients, and its outputs (y, and h with a residual) and gradients (of x, of the residual
+    and of the weight) are compared with the reference path's within the tolerance of ``ops/tolerances.py``
+    for their dtype. Layer by layer, because the tolerance is the operator's: a whole network's logits
+    carry every later layer's rounding too, past an operator's tolerance in bfloat16 at a dozen blocks on
+    any path. A check passes when every layer of each compared path agrees (``COMPARED``), and fails when
+    one does not, naming the path and its worst layer. The module itself, its path, weights and gradients
+    are left as they were. The comparison runs in the dtype of the parameters: float32, also when
+    training runs in mixed precision, or bfloat16 under ``trainer.precision=bf16-true``. The Triton calls
+    it makes (one forward and one backward per layer) are counted in the module's
+    ``calls["parity/forward"]`` and ``calls["parity/backward"]``, apart from the training steps' counts.
 
     - Step 0 is the initial check: its verdict is one of the run's end checks (``ok`` of each path), not
       a stop. With ``every_n_steps=0`` a run whose kernel is wrong from the start trains to its end and
@@ -107,9 +115,8 @@ class Parity(L.Callback):
     native's ``parity/native_output_err``): ``output_err`` and ``grad_err`` (the largest absolute
     differences from the reference), ``worst_over_tol`` (the largest ``|a - b| / (atol + rtol * |b|)`` over
     every element compared: the tolerance rule passes at 1 or less), at step 0 also ``initial_output_err``
-    and ``initial_grad_err``; ``norm_worst_over_tol``, the same ratio for the worst norm layer's weight
-    gradient (which layer: ``PathVerdict.norm_worst_layer``, in the summary and in a stop's message); and
-    the parity call counts.
+    and ``initial_grad_err``; ``norm_worst_over_tol``, the worst layer's ratio (which layer:
+    ``PathVerdict.norm_worst_layer``, in the summary and in a stop's message); and the parity call counts.
     """
 
     def __init__(self, every_n_steps: int) -> None:
@@ -174,25 +181,26 @@ class Parity(L.Callback):
         x, y = batch
         pl_module.settle_calls("train")  # the training steps' calls so far, before these
         try:
-            outs, grads = self._every_path(pl_module, x, y)
+            results = self._every_layer(pl_module, x, y)
         except ContractError as e:
             self.skipped = f"the Triton contract refuses this shape ({e})"
             return
         finally:
             pl_module.settle_calls("parity")
-        layers = [name for name, m in norm_layers(pl_module.net) if m.weight is not None]
-        # per compared path: the worst ratio to the tolerance, the output and the gradient differences, then
-        # the ratio of each norm layer's weight gradient
+        layers = list(results)
+        # per compared path: the worst ratio to the tolerance, the output and the gradient differences (each
+        # the largest over the layers), then each layer's worst ratio
         local = []
         for path in COMPARED:
-            comparisons = [compare(outs[path], outs[ORACLE])]
-            comparisons += [compare(grads[path][k], grads[ORACLE][k]) for k in grads[ORACLE]]
-            local += [
-                max(c.worst_over_tol for c in comparisons),  # <= 1 exactly when every compare() passed
-                comparisons[0].max_abs,  # outputs
-                max(c.max_abs for c in comparisons[1:]),  # gradients
-                *(compare(grads[path][f"{n}.weight"], grads[ORACLE][f"{n}.weight"]).worst_over_tol for n in layers),
-            ]
+            per_layer = []
+            output_err = grad_err = 0.0
+            for layer in layers:
+                ours, oracle = results[layer][path], results[layer][ORACLE]
+                comparisons = {key: compare(ours[key], oracle[key]) for key in oracle}
+                output_err = max([output_err] + [c.max_abs for k, c in comparisons.items() if k in OUTPUTS])
+                grad_err = max([grad_err] + [c.max_abs for k, c in comparisons.items() if k not in OUTPUTS])
+                per_layer.append(max(c.worst_over_tol for c in comparisons.values()))  # <= 1: all passed
+            local += [max(per_layer), output_err, grad_err, *per_layer]
         # The largest over every process: the same verdict on each (none is left waiting in the next
         # collective), and the numbers of the global batch. In float64: a float32 copy would round a ratio
         # just above 1 down to 1.
@@ -201,7 +209,7 @@ class Parity(L.Callback):
         measured = {path: row[:3] for path, row in zip(COMPARED, rows)}
         by_layer = {path: dict(zip(layers, row[3:])) for path, row in zip(COMPARED, rows)}
         self.checked_steps.append(step)
-        dtype = outs[ORACLE].dtype
+        dtype = results[layers[0]][ORACLE]["y"].dtype
         if step == 0:
             self.dtype = dtype
         metrics = {}
@@ -237,26 +245,65 @@ class Parity(L.Callback):
 
     @staticmethod
     def _worst_layer(ratios: dict[str, float]) -> str:
-        """``, worst among the norm layers' weight gradients at <layer> (<ratio> times the tolerance)``."""
+        """``, worst at the norm layer <layer> (<ratio> times the tolerance)``."""
         if not ratios:
             return ""
         layer, ratio = max(ratios.items(), key=lambda item: item[1])
-        return f", worst among the norm layers' weight gradients at {layer} ({ratio:.3g} times the tolerance)"
+        return f", worst at the norm layer {layer} ({ratio:.3g} times the tolerance)"
 
     @staticmethod
-    def _every_path(pl_module, x: torch.Tensor, y: torch.Tensor) -> tuple[dict, dict]:
-        """Outputs and parameter gradients (by parameter name) of the network on each path, from the
-        module's weights."""
-        outs, grads = {}, {}
-        state = pl_module.net.state_dict()
-        for impl in IMPLS:
-            net = build_network(**{**pl_module.network_kwargs(), "norm_impl": impl, "norm_fallback": None}).to(x.device)
-            net.load_state_dict(state)
-            out = net(x)
-            names, params = zip(*net.named_parameters())
-            grads[impl] = dict(zip(names, torch.autograd.grad(loss(pl_module.hparams.kind, out, y), params)))
-            outs[impl] = out.detach()
-        return outs, grads
+    def _every_layer(pl_module, x: torch.Tensor, y: torch.Tensor) -> dict[str, dict[str, dict[str, torch.Tensor]]]:
+        """Each norm layer's results on every path, ``{layer: {path: {"y", "h", "dx", "dresidual",
+        "dweight": tensor}}}`` (``h`` and ``dresidual`` with a residual, ``dweight`` with a weight): the
+        layer's forward on the inputs it saw, and its backward from the gradients its outputs got, in a
+        forward and backward of the network on the reference path from the module's weights."""
+        kind = pl_module.hparams.kind
+        net = build_network(**{**pl_module.network_kwargs(), "norm_impl": ORACLE, "norm_fallback": None}).to(x.device)
+        net.load_state_dict(pl_module.net.state_dict())
+        seen: dict[str, list] = {}  # layer -> [its inputs, its outputs' gradients]
+
+        def save_inputs(name, module, args):
+            seen[name] = [tuple(a.detach() for a in args), None]
+
+        def save_output_grads(name, module, grad_outputs):
+            seen[name][1] = grad_outputs
+
+        layers = norm_layers(net)
+        hooks = [m.register_forward_pre_hook(functools.partial(save_inputs, n)) for n, m in layers]
+        hooks += [m.register_full_backward_pre_hook(functools.partial(save_output_grads, n)) for n, m in layers]
+        try:
+            params = [p for p in net.parameters() if p.requires_grad]
+            torch.autograd.grad(loss(kind, net(network_input(net, x)), y), params)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        results = {}
+        for name, layer in layers:
+            inputs, grad_outputs = seen[name]
+            results[name] = {}
+            for impl in IMPLS:
+                copy = RMSNorm(
+                    layer.normalized_shape,
+                    layer.eps,
+                    layer.elementwise_affine,
+                    device=x.device,
+                    dtype=None if layer.weight is None else layer.weight.dtype,
+                    impl=impl,
+                    activation=layer.activation,
+                    mode=layer.mode,
+                )
+                copy.load_state_dict(layer.state_dict())
+                leaves = [t.clone().requires_grad_() for t in inputs]
+                outs = copy(*leaves)
+                outs = outs if isinstance(outs, tuple) else (outs,)
+                wrt = leaves + ([copy.weight] if copy.weight is not None else [])
+                grads = torch.autograd.grad(
+                    outs, wrt, [torch.zeros_like(o) if g is None else g for o, g in zip(outs, grad_outputs)]
+                )
+                names = ["y", "h"][: len(outs)] + ["dx", "dresidual"][: len(leaves)]
+                names += ["dweight"] if copy.weight is not None else []
+                results[name][impl] = dict(zip(names, [o.detach() for o in outs] + list(grads)))
+        return results
 
 
 class ValidateAtLastStep(L.Callback):

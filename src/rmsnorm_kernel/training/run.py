@@ -86,7 +86,7 @@ class RunResult:
     initial_weights_sha256: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
-    #: per compared path, the norm layer whose weight gradient came closest to the tolerance over the run
+    #: per compared path, the norm layer that came closest to the tolerance over the run
     norm_worst_layers: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     step_ms: float = float("nan")  # the median of the step timer's window medians

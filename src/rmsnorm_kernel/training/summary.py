@@ -118,7 +118,7 @@ def parity_lines(r: RunResult) -> list[str]:
         if path in r.norm_worst_layers
     ]
     if layers:
-        lines.append(f"  worst norm layer's weight gradient, of the tolerance: {', '.join(layers)}")
+        lines.append(f"  worst norm layer, of the tolerance: {', '.join(layers)}")
     return lines
 
 
