@@ -457,12 +457,12 @@ def test_the_step_timer_times_every_norm_of_the_language_model_apart_forward_and
         mlp_hidden=32,
         seq_len=8,
         qk_norm=True,
-    )
+    ).to(DEVICE)  # where the kernels run; the events are stand-ins either way
     module = SimpleNamespace(device=SimpleNamespace(type="cuda"), net=net)  # the timer hooks on a GPU only
     timer, logger = StepTimer(norm_events=True), Logger()
     timer.on_train_start(None, module)
     timer.on_train_batch_start(None, module, None, 0)
-    net(torch.randint(0, 256, (2, 8))).float().square().mean().backward()
+    net(torch.randint(0, 256, (2, 8), device=DEVICE)).float().square().mean().backward()
     events = timer._events
     trainer = SimpleNamespace(global_step=1, max_steps=1, log_every_n_steps=1, logger=logger)
     timer.on_train_batch_end(trainer, module, None, None, 0)
