@@ -27,6 +27,8 @@ from tests.helpers import DEVICE, QUIET, compose_cfg
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 #: Data parallelism on 2 processes of one kind of device: 2 GPUs, or the CPU where there is no CUDA at all.
 DDP = ["trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=gpu" if GPUS else "trainer.accelerator=cpu"]
+#: FSDP2 (Lightning's ModelParallelStrategy and fully_shard) on the same 2 processes.
+FSDP2 = ["trainer.strategy=fsdp2", *DDP[1:]]
 needs_two_processes = pytest.mark.skipif(
     GPUS == 1, reason="DDP needs 2 processes on one kind of device: 2 GPUs here, or the CPU (no CUDA at all)"
 )

@@ -15,7 +15,7 @@ from rmsnorm_kernel.training.config import ConfigError
 from rmsnorm_kernel.training.events import read_scalars
 from tests.helpers import DEVICE, train_process
 
-from .helpers import DDP, SCHEDULE, checkpoint_of, needs_two_processes, train
+from .helpers import DDP, FSDP2, SCHEDULE, checkpoint_of, needs_two_processes, train
 
 TINY_LM = [
     "model=transformer",
@@ -181,6 +181,37 @@ def test_two_processes_train_the_language_model_like_one_at_the_same_global_batc
     b = read_checkpoint(checkpoint_of(tmp_path / "single", "triton"))["state_dict"]
     for key, tensor in b.items():
         assert compare(a[key], tensor).ok, key
+
+
+@pytest.mark.slow
+@needs_two_processes
+def test_fsdp2_on_two_processes_trains_the_language_model_like_one_at_the_same_global_batch(tmp_path):
+    (tmp_path / "fsdp2").mkdir()
+    sharded = train_process(tmp_path / "fsdp2", "norm=triton", *SCHEDULE, *TINY_LM, *FSDP2, "data.batch_size=2")
+    assert sharded.returncode == 0, sharded.stderr[-3000:]
+    assert "reload parity: max |diff| 0.0 (bit-identical)" in sharded.stdout
+    single = train(tmp_path / "single", "norm=triton", *TINY_LM)
+    assert single.ok, single.failures
+    a = read_checkpoint(checkpoint_of(tmp_path / "fsdp2", "triton"))["state_dict"]
+    b = read_checkpoint(checkpoint_of(tmp_path / "single", "triton"))["state_dict"]
+    assert a.keys() == b.keys()  # whole tensors in one file, under the network's own names
+    for key, tensor in b.items():
+        assert compare(a[key], tensor).ok, key
+
+
+@pytest.mark.slow
+@needs_two_processes
+def test_an_fsdp2_run_extended_from_its_checkpoint_ends_with_the_weights_of_one_run_through(tmp_path):
+    args = ("norm=triton", *SCHEDULE, *TINY_LM, *FSDP2, "data.batch_size=2")
+    for folder, extra in (("straight", ()), ("resumed", ("trainer.max_steps=2",)), ("resumed", ("ckpt_path=last",))):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        proc = train_process(tmp_path / folder, *args, *extra)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    straight = read_checkpoint(checkpoint_of(tmp_path / "straight", "triton"))
+    (path,) = (tmp_path / "resumed" / "checkpoints").glob("triton_seed*/version_1/final.ckpt")  # the branch
+    resumed = read_checkpoint(path)
+    assert resumed["global_step"] == straight["global_step"] == STEPS
+    assert all(straight["state_dict"][k].equal(v) for k, v in resumed["state_dict"].items())
 
 
 def test_a_window_longer_than_a_split_of_the_text_is_refused_naming_the_key(tmp_path):

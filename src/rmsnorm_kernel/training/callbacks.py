@@ -24,7 +24,7 @@ from ..ops.impls import IMPLS
 from ..ops.module import RMSNorm
 from ..ops.tolerances import TOLERANCES, compare
 from .model import TrainingStopped
-from .network import build_network, loss, network_input, norm_layers
+from .network import build_network, loss, network_input, norm_layers, whole_state_dict
 
 
 class ParityError(TrainingStopped):
@@ -259,7 +259,7 @@ class Parity(L.Callback):
         forward and backward of the network on the reference path from the module's weights."""
         kind = pl_module.hparams.kind
         net = build_network(**{**pl_module.network_kwargs(), "norm_impl": ORACLE, "norm_fallback": None}).to(x.device)
-        net.load_state_dict(pl_module.net.state_dict())
+        net.load_state_dict(whole_state_dict(pl_module.net))
         seen: dict[str, list] = {}  # layer -> [its inputs, its outputs' gradients]
 
         def save_inputs(name, module, args):

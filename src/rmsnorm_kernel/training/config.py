@@ -139,6 +139,7 @@ ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 STRATEGIES = (
     "auto",
     "single_device",
+    "fsdp2",  # FSDP2 through Lightning's ModelParallelStrategy: training/run.py lightning_strategy
     "ddp",
     "ddp_spawn",
     "ddp_fork",
@@ -332,7 +333,7 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"trainer.accelerator is {cfg.trainer.accelerator!r}; accepted: {', '.join(ACCELERATORS)}")
     if cfg.trainer.strategy not in STRATEGIES:
         raise ConfigError(
-            f"trainer.strategy is {cfg.trainer.strategy!r}; accepted: auto, single_device or a ddp strategy "
+            f"trainer.strategy is {cfg.trainer.strategy!r}; accepted: auto, single_device, fsdp2 or a ddp strategy "
             "(ddp, ddp_spawn, ddp_fork, ddp_notebook, each with _find_unused_parameters_true/false)"
         )
     devices = cfg.trainer.devices
@@ -348,6 +349,12 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(
             f"trainer.strategy is 'single_device' with {processes} processes (trainer.devices x "
             "trainer.num_nodes); accepted: 1 process, or a ddp strategy"
+        )
+    if cfg.trainer.strategy == "fsdp2" and cfg.compile:
+        # Dynamo stops at FSDP2's hooks inside the network, and the network is compiled whole (fullgraph)
+        raise ConfigError(
+            "compile is true with trainer.strategy fsdp2; accepted: compile=false under fsdp2, or compile=true "
+            "with a ddp strategy"
         )
     check_processes(cfg, processes)
     for key in ("runs", "checkpoints"):

@@ -12,7 +12,17 @@ from lightning.pytorch.trainer.states import TrainerFn
 from ..ops.backend import kernel_device_type
 from ..ops.contract import ContractError, check_forward
 from ..ops.counters import call_counts
-from .network import LOSS_NAMES, NETWORK_KEYS, build_network, fallback_count, loss, network_input, norm_layers
+from .network import (
+    LOSS_NAMES,
+    NETWORK_KEYS,
+    build_network,
+    fallback_count,
+    loss,
+    network_input,
+    norm_layers,
+    sharded,
+    whole_state_dict,
+)
 
 #: Test-split rows whose outputs every checkpoint records, so an audit can re-run the saved network: 64
 #: rows of the regression, 4 windows of the language model (whose outputs are seq_len x 256 logits each).
@@ -104,6 +114,20 @@ class RMSNormRegressor(L.LightningModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
+
+    def configure_model(self) -> None:
+        """Under ``trainer.strategy=fsdp2`` (Lightning's ``ModelParallelStrategy``, which gives the module a
+        device mesh): FSDP2, ``fully_shard`` on each block of the language model, then on the whole
+        network, so that each process holds a shard of every parameter and gathers one block's at a time.
+        Under every other strategy, nothing."""
+        if self.device_mesh is None or sharded(self.net):
+            return  # not FSDP, or sharded already (Lightning calls this hook again to test after fitting)
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = self.device_mesh["data_parallel"]
+        for block in getattr(self.net, "blocks", ()):
+            fully_shard(block, mesh=mesh)
+        fully_shard(self.net, mesh=mesh)
 
     def settle_calls(self, stage: str | None) -> None:
         """Add the Triton calls made since the last settlement to ``stage``'s counts (``"train"``, ``"val"``,
@@ -279,7 +303,11 @@ class RMSNormRegressor(L.LightningModule):
                 # the tests) reproduces these bits. Lightning hands the module back on the CPU after fit:
                 # then the saved weights run there without moving the module itself, with every buffer (the
                 # state dict leaves out the language model's rotary tables, which are not saved).
-                if self.device.type != kernel_device_type():
+                if sharded(self.net):  # FSDP2: a whole copy, built on every process (the gather is collective)
+                    copy = build_network(**self.network_kwargs()).to(self.device)
+                    copy.load_state_dict(whole_state_dict(self.net))
+                    out = copy.eval()(x.to(self.device))
+                elif self.device.type != kernel_device_type():
                     device = torch.device(kernel_device_type())
                     tensors = {**dict(self.net.named_parameters()), **dict(self.net.named_buffers())}
                     out = torch.func.functional_call(

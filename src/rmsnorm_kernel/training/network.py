@@ -19,6 +19,8 @@ from collections import OrderedDict
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule
 
 from ..ops.module import RMSNorm
 from .text import VOCAB_SIZE
@@ -99,6 +101,19 @@ def build_network(
 def network_input(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``x`` as ``net`` takes it: floating inputs in its parameters' dtype, token ids as they are."""
     return x.to(next(net.parameters()).dtype) if x.is_floating_point() else x
+
+
+def sharded(net: nn.Module) -> bool:
+    """Whether FSDP2 (``fully_shard``, under ``trainer.strategy=fsdp2``) manages ``net``."""
+    return isinstance(net, FSDPModule)
+
+
+def whole_state_dict(net: nn.Module) -> dict[str, torch.Tensor]:
+    """``net``'s state dict with every tensor whole, on its device: a network sharded by FSDP2 has its
+    parameters gathered from every process, so then every process must call this."""
+    if not sharded(net):
+        return net.state_dict()
+    return get_model_state_dict(net, options=StateDictOptions(full_state_dict=True))
 
 
 def norm_layers(net: nn.Module) -> list[tuple[str, RMSNorm]]:

@@ -36,6 +36,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
@@ -56,11 +57,11 @@ from .callbacks import (
     sigint_as_sigterm,
 )
 from .checkpoints import AtomicCheckpointIO, RunLock, last_good_checkpoint, remove_stale_temporaries
-from .config import MODEL_KINDS, ConfigError, validate
+from .config import MODEL_KINDS, ConfigError, count_devices, validate
 from .data import SplitData, SyntheticRegressionData, TextData
 from .events import run_event_writer, write_layout
 from .model import RMSNormRegressor, TrainingStopped
-from .network import LOSS_NAMES, network_input, norm_calls_per_step
+from .network import LOSS_NAMES, build_network, network_input, norm_calls_per_step, sharded, whole_state_dict
 from .paths import NAME_DEFAULTS, claim_version, prepare_folder, project_path, remove_folders, run_name
 from .resume import mark_branch, mark_restart, resolve_resume
 
@@ -111,6 +112,21 @@ def state_dict_sha256(module: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
+def lightning_strategy(cfg: DictConfig) -> str | ModelParallelStrategy:
+    """``trainer.strategy`` as Lightning takes it. ``fsdp2`` is FSDP2: Lightning's ``ModelParallelStrategy``
+    with every process a data-parallel shard (the module's ``configure_model`` shards the network with
+    ``fully_shard``), its checkpoints gathered whole into one file by process 0, the file every check and
+    resume reads, as under DDP."""
+    if cfg.trainer.strategy != "fsdp2":
+        return cfg.trainer.strategy
+    devices = cfg.trainer.devices
+    plain = OmegaConf.to_container(devices) if OmegaConf.is_config(devices) else devices
+    processes = count_devices(plain, cfg.trainer.accelerator) * cfg.trainer.num_nodes
+    return ModelParallelStrategy(
+        data_parallel_size=processes, tensor_parallel_size=1, save_distributed_checkpoint=False
+    )
+
+
 def build(cfg: DictConfig) -> tuple[RMSNormRegressor, SplitData]:
     """Seed once, then build the module and the data: the same seed gives the same weights on every path."""
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -150,22 +166,23 @@ def build(cfg: DictConfig) -> tuple[RMSNormRegressor, SplitData]:
 
 
 def reload_max_abs_diff(
-    module: RMSNormRegressor, checkpoint: Path, data: SplitData, device: torch.device
+    net: torch.nn.Module, checkpoint: Path, data: SplitData, device: torch.device
 ) -> tuple[float, str]:
-    """Loads the checkpoint into a fresh module and runs the test split through both on ``device``.
+    """Loads the checkpoint into a fresh module and runs the test split through it and the trained
+    network ``net`` on ``device``.
 
     Returns the largest absolute difference of their outputs and the RMSNorm path the fresh module got.
     """
-    module.to(device)  # Lightning hands the module back on the CPU after fit and test
+    net.to(device)  # Lightning hands the module back on the CPU after fit and test
     fresh = RMSNormRegressor.load_from_checkpoint(checkpoint, map_location=device, weights_only=True)
-    module.eval()
+    net.eval()
     fresh.eval()
     worst = 0.0
     with torch.no_grad():
         for x, _ in DataLoader(data.test, batch_size=data.batch_size):  # every row, in this one process
-            x = network_input(module.net, x.to(device))
+            x = network_input(net, x.to(device))
             # .forward, not __call__: the eager network on both sides, also when training ran compiled
-            a, b = module.net.forward(x), fresh.net.forward(x)
+            a, b = net.forward(x), fresh.net.forward(x)
             if not torch.equal(a, b):
                 worst = max(worst, float((a - b).abs().max()) if a.shape == b.shape else float("inf"))
     return worst, fresh.hparams.norm_impl
@@ -507,7 +524,7 @@ def train_and_check_body(
         accelerator=cfg.trainer.accelerator,
         devices=cfg.trainer.devices,
         num_nodes=cfg.trainer.num_nodes,
-        strategy=cfg.trainer.strategy,
+        strategy=lightning_strategy(cfg),
         precision=cfg.trainer.precision,
         deterministic=cfg.trainer.deterministic,
         enable_progress_bar=cfg.trainer.enable_progress_bar,
@@ -546,9 +563,13 @@ def train_and_check_body(
     result.seconds = time.perf_counter() - start
     result.step_ms = statistics.median(timer.medians) if timer.medians else float("nan")
     result.rmsnorm_ms = statistics.median(timer.norm_medians) if timer.norm_medians else float("nan")
+    trained = module.net
+    if sharded(module.net):  # FSDP2: the whole trained network, gathered with every process's part
+        trained = build_network(**module.network_kwargs())
+        trained.load_state_dict(whole_state_dict(module.net))
     if not trainer.is_global_zero:
         return result  # the checks below read and write files: process 0 runs them, in one process
-    diff, reloaded_impl = reload_max_abs_diff(module, final, data, trainer.strategy.root_device)
+    diff, reloaded_impl = reload_max_abs_diff(trained, final, data, trainer.strategy.root_device)
     logger.log_metrics({"reload/max_abs_diff": diff}, step=trainer.global_step)
     name = module.loss_name
     result.metrics = {
