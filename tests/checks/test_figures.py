@@ -35,6 +35,13 @@ def runs_dir(tmp_path):
                     writer.add_scalar("val/mse", val_curve(step, seed), step)
             writer.add_scalar("calls/forward", 1.0, 0)  # other tags are ignored
             writer.close()
+        # and one run of the language model on each path, which logs train/loss and val/loss
+        writer = SummaryWriter(str(root / f"{impl}_seed0_transformer_dim64" / "version_0"))
+        for step in range(STEPS):
+            writer.add_scalar("train/loss", 5 * train_curve(step, 0), step)
+            if step % 4 == 3:
+                writer.add_scalar("val/loss", 5 * val_curve(step, 0), step)
+        writer.close()
     return root
 
 
@@ -45,7 +52,10 @@ def is_png(path) -> bool:
 
 def test_event_files_are_read_back_per_run_and_tag(runs_dir):
     runs = figures.read_training_scalars(runs_dir)
-    assert set(runs) == {f"{impl}_seed{s}/version_0" for impl in IMPLS for s in (0, 1)}
+    regression = {f"{impl}_seed{s}/version_0" for impl in IMPLS for s in (0, 1)}
+    language = {f"{impl}_seed0_transformer_dim64/version_0" for impl in IMPLS}
+    assert set(runs) == regression | language
+    assert all(runs[label] == {} for label in language)  # no MSE there
     steps, values = runs["triton_seed1/version_0"]["train/mse"]
     assert steps == list(range(STEPS))
     assert values == pytest.approx([train_curve(s, 1) for s in range(STEPS)])
@@ -81,6 +91,19 @@ def test_training_figure_draws_every_path_and_both_tags(runs_dir, tmp_path):
     for tag in ("train/mse", "val/mse"):
         for impl in IMPLS:
             assert f"{impl}_seed0/version_0 {tag}" in result.series
+
+
+def test_the_language_models_figure_draws_its_losses_and_leaves_the_regression_out(runs_dir, tmp_path):
+    result = figures.training_figure(runs_dir, tmp_path / "t.png", "training_loss.png")
+    assert result.status == "written" and is_png(result.path)
+    assert sorted(result.series) == sorted(
+        f"{impl}_seed0_transformer_dim64/version_0 {tag}" for impl in IMPLS for tag in ("train/loss", "val/loss")
+    )
+    assert "triton_seed1/version_0: no train/loss or val/loss scalars" in result.detail
+    steps, values = figures.read_training_scalars(runs_dir, ("train/loss",))[
+        "native_seed0_transformer_dim64/version_0"
+    ]["train/loss"]
+    assert steps == list(range(STEPS)) and values == pytest.approx([5 * train_curve(s, 0) for s in range(STEPS)])
 
 
 def test_training_figure_notes_a_missing_path(runs_dir, tmp_path):
@@ -131,7 +154,8 @@ def test_figures_command_with_every_input(tmp_path, runs_dir, capsys):
     rep = json.loads((outputs / "figures.json").read_text())
     assert {f["name"]: f["status"] for f in rep["figures"]} == {name: "written" for name in figures.FIGURES}
     assert all(is_png(outputs / "figures" / name) for name in figures.FIGURES)
-    assert set(figures.FIGURES) == {"training_mse.png", "check_errors.png"}  # the measurements draw their own
+    # the measurements draw their own
+    assert set(figures.FIGURES) == {"training_mse.png", "training_loss.png", "check_errors.png"}
 
 
 def test_figures_command_with_no_inputs_reports_each_and_fails(tmp_path, capsys):

@@ -95,7 +95,7 @@ REPORT_COMMANDS = (
     "clean",
 )
 #: The PNG files of the ``figures`` command (``figures.FIGURES``).
-FIGURE_FILES = ("training_mse.png", "check_errors.png")
+FIGURE_FILES = ("training_mse.png", "training_loss.png", "check_errors.png")
 #: The benchmark's files, by the names ``benchmarks.benchmark`` gives them (a test checks they agree).
 BENCHMARK_FILES = (
     r"outputs/benchmark\.json",

@@ -23,6 +23,10 @@ FIGURES: dict[str, str] = {
         "solid, native path dotted, Triton path dashed): if the kernel is a drop-in replacement the "
         "paths' curves lie on top of each other"
     ),
+    "training_loss.png": (
+        "the language model's (model=transformer) train/loss and val/loss over the training steps, drawn as "
+        "training_mse.png draws the regression's"
+    ),
     "check_errors.png": (
         "for each check campaign (check-forward: y, check-backward: dx, check-gamma: dgamma), the max "
         "absolute and max relative error of every case, per dtype, on a log scale, with the declared "
@@ -30,7 +34,12 @@ FIGURES: dict[str, str] = {
     ),
 }
 
-TRAINING_TAGS = ("train/mse", "val/mse")
+#: Each training figure: its tags (the first two: the curves it draws) and what they measure. The
+#: regression logs the MSE, the language model the cross-entropy per byte (``network.LOSS_NAMES``).
+TRAINING_FIGURES = {
+    "training_mse.png": (("train/mse", "val/mse"), "MSE"),
+    "training_loss.png": (("train/loss", "val/loss"), "cross-entropy per byte (nats)"),
+}
 #: How each path's curves are drawn: (line style, width, opacity). The runs of one configuration share a
 #: colour, so that identical curves show as one striped line: the reference wide and faint, native dotted
 #: over it, Triton thin dashes on top.
@@ -78,8 +87,11 @@ def _pair_key(label: str) -> str:
     return "_".join("*" if word in IMPLS else word for word in _words(label))
 
 
-def read_training_scalars(runs_dir: Path) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
-    """{run label: {tag: (steps, values)}} for every directory under ``runs_dir`` holding event files.
+def read_training_scalars(
+    runs_dir: Path, tags: tuple[str, ...] = TRAINING_FIGURES["training_mse.png"][0]
+) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
+    """{run label: {tag: (steps, values)}} of ``tags`` for every directory under ``runs_dir`` holding
+    event files.
 
     The label is the directory's path relative to ``runs_dir`` (e.g. ``triton_seed0/version_0``).
     """
@@ -89,20 +101,20 @@ def read_training_scalars(runs_dir: Path) -> dict[str, dict[str, tuple[list[int]
     event_dirs = sorted({p.parent for p in Path(runs_dir).rglob("events.out.tfevents*") if p.is_file()})
     for d in event_dirs:
         every = read_scalars(d)
-        scalars = {
-            tag: ([s for s, _ in every[tag]], [v for _, v in every[tag]]) for tag in TRAINING_TAGS if tag in every
-        }
+        scalars = {tag: ([s for s, _ in every[tag]], [v for _, v in every[tag]]) for tag in tags if tag in every}
         runs[str(d.relative_to(runs_dir))] = scalars
     return runs
 
 
-def training_figure(runs_dir: Path, out: Path) -> FigureResult:
+def training_figure(runs_dir: Path, out: Path, kind: str = "training_mse.png") -> FigureResult:
+    """The training curves of ``TRAINING_FIGURES[kind]`` of every run under ``runs_dir`` that logged them."""
     name = out.name
+    tags, quantity = TRAINING_FIGURES[kind]
     runs_dir = Path(runs_dir)
     if not runs_dir.is_dir():
         return FigureResult(name, "skipped", f"no {runs_dir}/ directory: run train.py first")
     try:
-        runs = read_training_scalars(runs_dir)
+        runs = read_training_scalars(runs_dir, tags)
     except Exception as exc:
         return FigureResult(
             name, "failed", f"could not read the event files under {runs_dir}: {type(exc).__name__}: {exc}"
@@ -110,9 +122,9 @@ def training_figure(runs_dir: Path, out: Path) -> FigureResult:
     if not runs:
         return FigureResult(name, "skipped", f"no TensorBoard event files under {runs_dir}/")
     usable = {label: s for label, s in runs.items() if s}
-    # the language model's runs (model=transformer) log train/loss instead: this figure is the regression's
+    # the regression's runs and the language model's log different losses: each has its own figure
     notes = [
-        f"{label}: no {' or '.join(TRAINING_TAGS)} scalars (not a regression run: not drawn)"
+        f"{label}: no {' or '.join(tags)} scalars (a run of the other kind of network: not drawn here)"
         for label, s in runs.items()
         if not s
     ]
@@ -122,17 +134,17 @@ def training_figure(runs_dir: Path, out: Path) -> FigureResult:
     for p in IMPLS:
         if p not in paths_seen:
             notes.append(
-                f"no run of the {p} path among the regression runs (a run directory's name must contain one of "
+                f"no run of the {p} path among these runs (a run directory's name must contain one of "
                 f"{', '.join(IMPLS)})"
             )
 
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(TRAINING_TAGS), figsize=(12, 4.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(tags), figsize=(12, 4.5), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     # The paths of one configuration (same seed...) share a colour; each path has its style (PATH_STYLES).
     pairs = sorted({_pair_key(label) for label in usable})
     series = []
-    for ax, tag in zip(axes[0], TRAINING_TAGS):
+    for ax, tag in zip(axes[0], tags):
         for label, scalars in sorted(usable.items()):
             if tag not in scalars:
                 continue
@@ -152,12 +164,14 @@ def training_figure(runs_dir: Path, out: Path) -> FigureResult:
             series.append(f"{label} {tag}")
         ax.set_title(tag)
         ax.set_xlabel("step")
-        ax.set_ylabel("MSE")
+        ax.set_ylabel(quantity)
         if all(v > 0 for s in usable.values() if tag in s for v in s[tag][1]):
             ax.set_yscale("log")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("Training and validation MSE: reference path (solid), native path (dotted), Triton path (dashed)")
+    fig.suptitle(
+        f"Training and validation {quantity}: reference path (solid), native path (dotted), Triton path (dashed)"
+    )
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -229,7 +243,8 @@ def make_figures(figures_dir: Path, runs_dir: Path, campaign_reports: dict[str, 
     figures_dir = Path(figures_dir)
     figures_dir.mkdir(parents=True, exist_ok=True)
     makers = {
-        "training_mse.png": lambda out: training_figure(runs_dir, out),
+        "training_mse.png": lambda out: training_figure(runs_dir, out, "training_mse.png"),
+        "training_loss.png": lambda out: training_figure(runs_dir, out, "training_loss.png"),
         "check_errors.png": lambda out: check_errors_figure(campaign_reports, out),
     }
     results = []
