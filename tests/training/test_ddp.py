@@ -6,6 +6,8 @@ The single-process runs they are compared with train in this process.
 """
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -13,7 +15,7 @@ import torch
 from rmsnorm_kernel.ops.tolerances import TRAINING_CURVE_RTOL, compare
 from rmsnorm_kernel.training.checkpoints import read_checkpoint
 from rmsnorm_kernel.training.events import read_scalars
-from tests.helpers import train_process
+from tests.helpers import QUIET, ROOT, ctrl_c_as_in_a_terminal, train_process
 
 from .helpers import DDP, GPUS, checkpoint_of, needs_two_processes, rerun_recorded_outputs, train
 
@@ -161,3 +163,47 @@ def test_val_and_test_mse_are_exact_with_1_2_and_3_processes(tmp_path):
         logged[n] = s["test/mse"][-1][1]
     assert math.isclose(logged[1], logged[2], rel_tol=tol.rtol, abs_tol=tol.atol)
     assert math.isclose(logged[1], logged[3], rel_tol=tol.rtol, abs_tol=tol.atol)
+
+
+#: Run first in process 0's interpreter: during step 6 it sends SIGINT to its whole process group, as Ctrl+C
+#: in a terminal does, so that both processes receive it (and process 0 forwards one more to process 1).
+CTRL_C_AT_STEP_6 = """
+import os, signal
+from rmsnorm_kernel.training.model import RMSNormRegressor
+_training_step = RMSNormRegressor.training_step
+def _signalled(self, batch, batch_idx):
+    out = _training_step(self, batch, batch_idx)
+    if self.global_step == 5:
+        os.killpg(0, signal.SIGINT)
+    return out
+RMSNormRegressor.training_step = _signalled
+"""
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_ctrl_c_stops_both_processes_at_one_step_and_the_run_resumes_to_the_same_weights(tmp_path, strategy):
+    args = ["norm=triton", *SCHEDULE, f"trainer.strategy={strategy}", *DDP[1:], "data.batch_size=16"]
+    code = f"{CTRL_C_AT_STEP_6}\nimport runpy, sys\nsys.argv = {[str(ROOT / 'train.py'), *args, *QUIET]!r}\n"
+    code += "runpy.run_path(sys.argv[0], run_name='__main__')"
+    (tmp_path / "stopped").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path / "stopped",
+        capture_output=True,
+        text=True,
+        timeout=600,  # a hang (the processes waiting for each other) fails here
+        start_new_session=True,  # its own process group: the signal reaches no one else
+        preexec_fn=ctrl_c_as_in_a_terminal,
+    )
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert "train.py: stopped by SIGINT at step 6;" in proc.stderr
+    stopped = read_checkpoint(checkpoint_of(tmp_path / "stopped", "triton", "last.ckpt"))
+    assert stopped["global_step"] == 6
+    resumed = train_process(tmp_path / "stopped", *args, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    (tmp_path / "straight").mkdir()
+    straight = train_process(tmp_path / "straight", *args)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    a = read_checkpoint(checkpoint_of(tmp_path / "stopped", "triton"))["state_dict"]
+    b = read_checkpoint(checkpoint_of(tmp_path / "straight", "triton"))["state_dict"]
+    assert all(a[k].equal(v) for k, v in b.items())

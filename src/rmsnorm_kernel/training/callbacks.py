@@ -543,6 +543,7 @@ class SaveOnSignal(L.Callback):
         self.step = 0
         self._handler = None  # the SIGTERM handler held back during validation
         self._held: int | None = None
+        self._stopping = False  # a held signal went to Lightning: later ones stay held to the end
 
     def _hold(self) -> None:
         """From now on SIGTERM is recorded, not handled (main thread only: Python runs handlers there)."""
@@ -555,42 +556,56 @@ class SaveOnSignal(L.Callback):
         self._held = None
         self._handler = signal.signal(signal.SIGTERM, hold)
 
-    def _give_back(self) -> None:
-        """Lightning's handler back in place, and a held SIGTERM sent to it."""
+    def _hand_over(self, trainer, end_hold: bool) -> None:
+        """At a point every process reaches together (a step's end, a validation pass's end, the end of
+        training): if any process holds a SIGTERM, every process hands one to Lightning's handler now, once,
+        and keeps holding any later one; else, with ``end_hold``, Lightning's handler is put back.
+
+        Why together: under data parallelism Lightning's handler takes part in a collective (a broadcast
+        from process 0), and process 0's forwards the signal to the others. Handed over where each process
+        happened to receive it (Ctrl+C reaches every process; process 0 sends a second one), the handlers'
+        broadcasts would not match and the processes would wait for each other for ever. So the processes
+        first agree (a max over them of "holds a signal": one small all-reduce a step, where Lightning
+        itself synchronises every step), then each calls the handler once at the same point. A signal that
+        arrives after that, process 0's forwarded one included, lands on the hold, which stays until the
+        run's end."""
         if self._handler is None:
             return
-        signal.signal(signal.SIGTERM, self._handler)
-        self._handler = None
-        if self._held is not None:
-            self._held = None
-            os.kill(os.getpid(), signal.SIGTERM)  # now Lightning's handler sees it
-
-    def _release_held(self) -> None:
-        """A held SIGTERM goes to Lightning now; without one, the hold goes on."""
-        if self._held is not None:
-            self._give_back()
+        stop = self._held is not None
+        if trainer.world_size > 1:
+            flag = torch.tensor([1.0 if stop else 0.0], device=trainer.strategy.root_device)
+            stop = bool(trainer.strategy.reduce(flag, reduce_op="max").item())
+        if stop:
+            self._held, self._stopping = None, True
+            if callable(self._handler):
+                self._handler(signal.SIGTERM, None)  # Lightning's: it stops the run at this step's end
+            else:  # no handler of Lightning's (the default action, or ignored): as if never held
+                signal.signal(signal.SIGTERM, self._handler)
+                self._handler = None
+                os.kill(os.getpid(), signal.SIGTERM)
+            return
+        if end_hold:
+            signal.signal(signal.SIGTERM, self._handler)
+            self._handler = None
 
     def on_train_start(self, trainer, pl_module) -> None:
         self._hold()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if not StepCheckpoints.validates_after_this_step(trainer):
-            self._release_held()
+            self._hand_over(trainer, end_hold=False)
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._hold()  # the sanity check's pass, before training; during training the hold is on already
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        if trainer.sanity_checking:
-            self._give_back()
-        else:
-            self._release_held()
+        self._hand_over(trainer, end_hold=trainer.sanity_checking)
 
     def on_train_end(self, trainer, pl_module) -> None:
-        self._give_back()
+        self._hand_over(trainer, end_hold=True)
 
     def on_exception(self, trainer, pl_module, exception) -> None:
-        if self._handler is not None:  # stopped during validation by something else
+        if self._handler is not None and not self._stopping:  # stopped during validation by something else
             signal.signal(signal.SIGTERM, self._handler)
             self._handler = None
         if not trainer.received_sigterm:
