@@ -24,7 +24,7 @@ from ..ops.impls import IMPLS
 from ..ops.module import RMSNorm
 from ..ops.tolerances import TOLERANCES, compare
 from .model import TrainingStopped
-from .network import build_network, loss, network_input, norm_layers, whole_state_dict
+from .network import loss, network_copy, network_input, norm_layers
 
 
 class ParityError(TrainingStopped):
@@ -258,8 +258,8 @@ class Parity(L.Callback):
         layer's forward on the inputs it saw, and its backward from the gradients its outputs got, in a
         forward and backward of the network on the reference path from the module's weights."""
         kind = pl_module.hparams.kind
-        net = build_network(**{**pl_module.network_kwargs(), "norm_impl": ORACLE, "norm_fallback": None}).to(x.device)
-        net.load_state_dict(whole_state_dict(pl_module.net))
+        net = network_copy(pl_module.net, **{**pl_module.network_kwargs(), "norm_impl": ORACLE, "norm_fallback": None})
+        net = net.to(x.device)
         seen: dict[str, list] = {}  # layer -> [its inputs, its outputs' gradients]
 
         def save_inputs(name, module, args):
@@ -279,7 +279,10 @@ class Parity(L.Callback):
                 hook.remove()
         results = {}
         for name, layer in layers:
+            if name not in seen:
+                continue  # a layer the forward did not call
             inputs, grad_outputs = seen[name]
+            grad_outputs = grad_outputs or (None,) * 2  # outputs without gradients: compared against zeros
             results[name] = {}
             for impl in IMPLS:
                 copy = RMSNorm(
@@ -346,7 +349,9 @@ class StepTimer(L.Callback):
     from CUDA events recorded on the stream it runs on by its module hooks: before and after its forward,
     and in backward from the moment the gradients of all its outputs exist to the moment the gradients
     of all its inputs are complete (``register_full_backward_pre_hook`` and
-    ``register_full_backward_hook``, which see a fused residual add's two outputs and two inputs). The
+    ``register_full_backward_hook``, which see a fused residual add's two outputs and two inputs; the
+    networks here give every norm an input and an output that need gradients, without which a layer's
+    backward edges would come together, or never, and no step would be timed). The
     median per window, like ``time/step_ms``; ``time/rmsnorm_ms`` over ``time/step_ms`` is the norms'
     share of the step. It is not logged on the CPU (the interpreter's time says nothing about a GPU) nor
     under ``compile=true``, where the layers are fused into a compiled graph and have no edges to time.

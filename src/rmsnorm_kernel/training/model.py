@@ -18,10 +18,10 @@ from .network import (
     build_network,
     fallback_count,
     loss,
+    network_copy,
     network_input,
     norm_layers,
     sharded,
-    whole_state_dict,
 )
 
 #: Test-split rows whose outputs every checkpoint records, so an audit can re-run the saved network: 64
@@ -304,8 +304,7 @@ class RMSNormRegressor(L.LightningModule):
                 # then the saved weights run there without moving the module itself, with every buffer (the
                 # state dict leaves out the language model's rotary tables, which are not saved).
                 if sharded(self.net):  # FSDP2: a whole copy, built on every process (the gather is collective)
-                    copy = build_network(**self.network_kwargs()).to(self.device)
-                    copy.load_state_dict(whole_state_dict(self.net))
+                    copy = network_copy(self.net, **self.network_kwargs()).to(self.device)
                     out = copy.eval()(x.to(self.device))
                 elif self.device.type != kernel_device_type():
                     device = torch.device(kernel_device_type())

@@ -19,8 +19,6 @@ from collections import OrderedDict
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.fsdp import FSDPModule
 
 from ..ops.module import RMSNorm
 from .text import VOCAB_SIZE
@@ -105,6 +103,10 @@ def network_input(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 def sharded(net: nn.Module) -> bool:
     """Whether FSDP2 (``fully_shard``, under ``trainer.strategy=fsdp2``) manages ``net``."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.fsdp import FSDPModule
+
     return isinstance(net, FSDPModule)
 
 
@@ -113,7 +115,18 @@ def whole_state_dict(net: nn.Module) -> dict[str, torch.Tensor]:
     parameters gathered from every process, so then every process must call this."""
     if not sharded(net):
         return net.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
     return get_model_state_dict(net, options=StateDictOptions(full_state_dict=True))
+
+
+def network_copy(net: nn.Module, **kwargs) -> nn.Module:
+    """A whole, unsharded copy of ``net`` with its weights (``whole_state_dict``): ``build_network(**kwargs)``
+    with the random generators left as they were, so that making a copy changes no later draw."""
+    with torch.random.fork_rng(devices=[]):  # the copy's own initialisation is overwritten anyway
+        copy = build_network(**kwargs)
+    copy.load_state_dict(whole_state_dict(net))
+    return copy
 
 
 def norm_layers(net: nn.Module) -> list[tuple[str, RMSNorm]]:

@@ -61,7 +61,7 @@ from .config import MODEL_KINDS, ConfigError, count_devices, validate
 from .data import SplitData, SyntheticRegressionData, TextData
 from .events import run_event_writer, write_layout
 from .model import RMSNormRegressor, TrainingStopped
-from .network import LOSS_NAMES, build_network, network_input, norm_calls_per_step, sharded, whole_state_dict
+from .network import LOSS_NAMES, network_copy, network_input, norm_calls_per_step, sharded
 from .paths import NAME_DEFAULTS, claim_version, prepare_folder, project_path, remove_folders, run_name
 from .resume import mark_branch, mark_restart, resolve_resume
 
@@ -565,8 +565,7 @@ def train_and_check_body(
     result.rmsnorm_ms = statistics.median(timer.norm_medians) if timer.norm_medians else float("nan")
     trained = module.net
     if sharded(module.net):  # FSDP2: the whole trained network, gathered with every process's part
-        trained = build_network(**module.network_kwargs())
-        trained.load_state_dict(whole_state_dict(module.net))
+        trained = network_copy(module.net, **module.network_kwargs())
     if not trainer.is_global_zero:
         return result  # the checks below read and write files: process 0 runs them, in one process
     diff, reloaded_impl = reload_max_abs_diff(trained, final, data, trainer.strategy.root_device)
