@@ -171,30 +171,17 @@ def test_the_three_path_command_on_the_preset_passes_its_checks(tmp_path):
 
 @pytest.mark.slow
 @needs_two_processes
-def test_two_processes_train_the_language_model_like_one_at_the_same_global_batch(tmp_path):
-    (tmp_path / "ddp").mkdir()
-    ddp = train_process(tmp_path / "ddp", "norm=triton", *SCHEDULE, *TINY_LM, *DDP, "data.batch_size=2")
-    assert ddp.returncode == 0, ddp.stderr[-3000:]
+@pytest.mark.parametrize("strategy", [DDP, FSDP2], ids=["ddp", "fsdp2"])
+def test_two_processes_train_the_language_model_like_one_at_the_same_global_batch(tmp_path, strategy):
+    (tmp_path / "two").mkdir()
+    two = train_process(tmp_path / "two", "norm=triton", *SCHEDULE, *TINY_LM, *strategy, "data.batch_size=2")
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "reload parity: max |diff| 0.0 (bit-identical)" in two.stdout
     single = train(tmp_path / "single", "norm=triton", *TINY_LM)
     assert single.ok, single.failures
-    a = read_checkpoint(checkpoint_of(tmp_path / "ddp", "triton"))["state_dict"]
+    a = read_checkpoint(checkpoint_of(tmp_path / "two", "triton"))["state_dict"]
     b = read_checkpoint(checkpoint_of(tmp_path / "single", "triton"))["state_dict"]
-    for key, tensor in b.items():
-        assert compare(a[key], tensor).ok, key
-
-
-@pytest.mark.slow
-@needs_two_processes
-def test_fsdp2_on_two_processes_trains_the_language_model_like_one_at_the_same_global_batch(tmp_path):
-    (tmp_path / "fsdp2").mkdir()
-    sharded = train_process(tmp_path / "fsdp2", "norm=triton", *SCHEDULE, *TINY_LM, *FSDP2, "data.batch_size=2")
-    assert sharded.returncode == 0, sharded.stderr[-3000:]
-    assert "reload parity: max |diff| 0.0 (bit-identical)" in sharded.stdout
-    single = train(tmp_path / "single", "norm=triton", *TINY_LM)
-    assert single.ok, single.failures
-    a = read_checkpoint(checkpoint_of(tmp_path / "fsdp2", "triton"))["state_dict"]
-    b = read_checkpoint(checkpoint_of(tmp_path / "single", "triton"))["state_dict"]
-    assert a.keys() == b.keys()  # whole tensors in one file, under the network's own names
+    assert a.keys() == b.keys()  # whole tensors in one file, under the network's own names (FSDP2 too)
     for key, tensor in b.items():
         assert compare(a[key], tensor).ok, key
 

@@ -140,27 +140,18 @@ def build(cfg: DictConfig) -> tuple[RMSNormRegressor, SplitData]:
         kind=cfg.model.kind,
         **{"input_dim": None, "hidden_dim": None, "output_dim": None, **sizes},
     )
-    if cfg.model.kind == "transformer":
-        data = TextData(
-            seq_len=cfg.model.seq_len,
-            batch_size=cfg.data.batch_size,
-            train_size=cfg.data.train_size,
-            val_size=cfg.data.val_size,
-            test_size=cfg.data.test_size,
-            seed=cfg.data.seed,
-            shuffle_seed=cfg.seed,
-        )
-        return module, data
-    data = SyntheticRegressionData(
-        input_dim=cfg.model.input_dim,
-        output_dim=cfg.model.output_dim,
+    splits = dict(
         batch_size=cfg.data.batch_size,
         train_size=cfg.data.train_size,
         val_size=cfg.data.val_size,
         test_size=cfg.data.test_size,
-        noise=cfg.data.noise,
         seed=cfg.data.seed,
         shuffle_seed=cfg.seed,
+    )
+    if cfg.model.kind == "transformer":
+        return module, TextData(seq_len=cfg.model.seq_len, **splits)
+    data = SyntheticRegressionData(
+        input_dim=cfg.model.input_dim, output_dim=cfg.model.output_dim, noise=cfg.data.noise, **splits
     )
     return module, data
 
