@@ -15,6 +15,8 @@ from rmsnorm_kernel.ops.backend import kernel_device_type
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = kernel_device_type()
 QUIET = ["trainer.enable_progress_bar=false"]
+#: The environment of a process that sees no GPU, also on a GPU machine.
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}
 
 
 def compose_cfg(overrides=()):
@@ -25,9 +27,10 @@ def compose_cfg(overrides=()):
         return compose(config_name="config", overrides=list(overrides))
 
 
-def train_process(tmp_path, *overrides, prelude=None, timeout=900):
+def train_process(tmp_path, *overrides, prelude=None, timeout=900, env=None):
     """Runs ``train.py`` in a fresh interpreter, in tmp_path; returns the completed process.
-    ``prelude``: Python run first in that interpreter (to patch the package before training)."""
+    ``prelude``: Python run first in that interpreter (to patch the package before training); ``env``:
+    environment variables set for it."""
     args = [*overrides, *QUIET]
     if prelude is None:
         cmd = [sys.executable, str(ROOT / "train.py"), *args]
@@ -36,7 +39,12 @@ def train_process(tmp_path, *overrides, prelude=None, timeout=900):
         code = f"{prelude}\nimport runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path(sys.argv[0], run_name='__main__')"
         cmd = [sys.executable, "-c", code]
     return subprocess.run(
-        cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        cmd,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
 
 

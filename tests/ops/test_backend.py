@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from rmsnorm_kernel.ops.backend import interpreter_problem
-from tests.helpers import ROOT
+from tests.helpers import CPU_ONLY, ROOT
 
 WARNING = "rmsnorm_kernel: no CUDA device found; the Triton kernels run on the CPU through Triton's interpreter"
 
@@ -50,7 +50,7 @@ def run_python(code: str, **env) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=600,
-        env={**base, "CUDA_VISIBLE_DEVICES": "", **env},
+        env={**base, **CPU_ONLY, **env},
     )
 
 

@@ -87,6 +87,7 @@ BRANCH_CASES = [
     ((5, 4096), torch.float32),
     ((17, 3000), torch.bfloat16),
     ((3, 8193), torch.float32),
+    ((2, 16384), torch.bfloat16),
     ((2, 20000), torch.bfloat16),
 ]
 
@@ -100,7 +101,11 @@ def test_norm_then_silu_matches_oracle(shape, dtype, device):
 
 
 def test_branch_cases_take_every_branch_of_each_direction(device):
-    plans = [launch.plan_for(*make_inputs(shape, dtype, device)[:2]) for shape, dtype in BRANCH_CASES]
+    plans = [
+        launch.plan_for(*make_inputs(shape, dtype, device)[:2], residual=residual)
+        for shape, dtype in BRANCH_CASES
+        for residual in (False, True)
+    ]
     assert {p.fwd_branch for p in plans} == set(launch.FORWARD_BRANCHES)
     assert {p.bwd_branch for p in plans} == set(launch.BACKWARD_BRANCHES)
 

@@ -16,7 +16,7 @@ import triton
 
 from rmsnorm_kernel.ops import counters, kernels, launch
 from rmsnorm_kernel.ops.contract import MAX_N
-from rmsnorm_kernel.ops.reference import oracle
+from rmsnorm_kernel.ops.reference import add_oracle, oracle
 from rmsnorm_kernel.ops.tolerances import compare
 from rmsnorm_kernel.testing import make_inputs
 
@@ -33,18 +33,20 @@ NS = sorted(
 )
 ROWS = (1, 3, 17, 100, 4096, 10**5, 10**8)
 VECS = (None, 1, 2)
+RESIDUALS = (False, True)
 #: The dgamma partials (and so the backward's programs along the rows) never exceed this many rows per
 #: multiprocessor, whatever the number of rows.
 PARTIAL_ROWS_PER_SM = 2
 
 
 def _problems():
-    for (gpu_name, gpu), (dtype_name, (x_bytes, gamma_bytes)), n, rows, vec in itertools.product(
-        GPUS.items(), ELEMENT_BYTES.items(), NS, ROWS, VECS
+    for (gpu_name, gpu), (dtype_name, (x_bytes, gamma_bytes)), n, rows, vec, residual in itertools.product(
+        GPUS.items(), ELEMENT_BYTES.items(), NS, ROWS, VECS, RESIDUALS
     ):
         if vec is not None and (n % vec or vec * x_bytes > 16):
             continue  # vector_width never gives a width that does not divide N or passes 16 bytes
-        yield (gpu_name, dtype_name, n, rows, vec), gpu, (rows, n, gpu, vec, x_bytes, gamma_bytes)
+        key = (gpu_name, dtype_name, n, rows, vec, residual)
+        yield key, gpu, (rows, n, gpu, vec, x_bytes, gamma_bytes, residual)
 
 
 PROBLEMS = list(_problems())
@@ -134,7 +136,7 @@ def test_every_plan_gives_the_kernels_shapes_they_can_run():
     """tl.arange needs powers of two; a whole-row tile must hold the row; the grids must cover every row
     and column; the looped backward must run exactly where a row is longer than a whole-row tile."""
     for key, _, args in PROBLEMS:
-        rows, n, _, vec, x_bytes, _ = args
+        rows, n, _, vec, x_bytes, _, residual = args
         p = launch.plan(*args)
         assert p.vec == (vec or min(16 // x_bytes, n & -n)), (key, p)
         for name in ("block_n", "fwd_block_m", "bwd_block_m", "bwd_block_n"):
@@ -149,9 +151,10 @@ def test_every_plan_gives_the_kernels_shapes_they_can_run():
             assert p.block_n >= n, (key, p)
             tiles = triton.cdiv(rows, p.fwd_block_m)
             assert p.fwd_programs <= tiles, (key, p)
-            if p.fwd_branch == "whole_rows":
+            if p.fwd_branch in ("whole_rows", "residual_wide_rows"):
                 assert p.fwd_programs == tiles, (key, p)
         assert p.looped == (triton.next_power_of_2(n) > launch.ROW_LIMIT) == (p.bwd_branch == "looped"), (key, p)
+        assert residual or p.fwd_branch != "residual_wide_rows", (key, p)
         if p.looped:
             assert p.bwd_grid[1] * p.bwd_block_n >= n and _power_of_two(p.stats_block_n), (key, p)
             assert _power_of_two(p.stats_warps) and p.stats_warps <= 32, (key, p)
@@ -163,18 +166,34 @@ def test_the_chunked_forward_keeps_its_rows_in_flight_within_the_l2_share():
     """Its second pass reads each row again, from L2: the rows of every program the GPU holds at once fit
     in ``L2_SHARE`` of it."""
     for key, gpu, args in PROBLEMS:
-        rows, n, _, _, x_bytes, _ = args
+        rows, n, _, _, x_bytes, *_ = args
         p = launch.plan(*args)
         if p.fwd_branch == "chunks":
             in_flight = gpu.threads_per_sm // (32 * p.fwd_warps) * gpu.sms * n * x_bytes
             assert in_flight <= launch.L2_SHARE * gpu.l2_bytes, (key, p)
 
 
-def test_plans_are_cached_per_shape_vector_width_and_gpu():
+def test_plans_are_cached_per_shape_vector_width_gpu_and_residual():
     a = launch.plan(4096, 3072, launch.H200, None, 2, 2)
     assert launch.plan(4096, 3072, launch.H200, None, 2, 2) is a
     assert launch.plan(4096, 3072, SMALL, None, 2, 2) is not a
     assert launch.plan(4096, 3072, launch.H200, 2, 2, 2) is not a
+    assert launch.plan(4096, 3072, launch.H200, None, 2, 2, True) is not a
+
+
+@pytest.mark.parametrize(
+    "n, residual_branch", [(16384, "residual_wide_rows"), (16000, "residual_wide_rows"), (12288, "chunks")]
+)
+def test_a_residual_takes_one_pass_over_wide_rows_that_are_mostly_data(n, residual_branch):
+    """Two passes would read back the h just written; rows padded by a quarter or more keep them."""
+    plain = launch.plan(4096, n, launch.H200, None, 2, 2)
+    residual = launch.plan(4096, n, launch.H200, None, 2, 2, True)
+    assert plain.fwd_branch != "residual_wide_rows"
+    assert residual.fwd_branch == residual_branch
+    # the backward does not depend on the residual
+    assert {k: v for k, v in vars(residual).items() if k.startswith("bwd")} == {
+        k: v for k, v in vars(plain).items() if k.startswith("bwd")
+    }
 
 
 def test_plan_for_plans_cpu_tensors_for_the_interpreter_record():
@@ -196,14 +215,18 @@ class Case:
     shape: tuple[int, int]
     dtype: torch.dtype
     gamma_dtype: torch.dtype | None = None
+    residual: bool = False
 
     def __str__(self) -> str:
         gamma = f"-gamma_{self.gamma_dtype}" if self.gamma_dtype else ""
-        return f"{self.direction}-{self.branch}-{self.gpu}-{self.shape[0]}x{self.shape[1]}-{self.dtype}{gamma}"
+        residual = "-residual" if self.residual else ""
+        shape = f"{self.shape[0]}x{self.shape[1]}"
+        return f"{self.direction}-{self.branch}-{self.gpu}-{shape}-{self.dtype}{gamma}{residual}"
 
 
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
 BRANCH_CASES = [
+    Case("fwd", "residual_wide_rows", "H200", (2, 16384), BF16, residual=True),
     Case("fwd", "one_chunk", "H200", (3, 4096), F32),
     Case("fwd", "chunks", "H200", (5, 3072), BF16),  # whole chunks
     Case("fwd", "chunks", "H200", (5, 3000), BF16),  # a partial last chunk
@@ -232,11 +255,17 @@ def test_the_branch_cases_name_every_branch():
 def test_each_branch_matches_the_oracle(case, device):
     x, gamma, dy = make_inputs(case.shape, case.dtype, device, gamma_dtype=case.gamma_dtype)
     rows, n = case.shape
-    p = launch.plan(rows, n, GPUS[case.gpu], launch.vector_width(n, x), x.element_size(), gamma.element_size())
+    gpu = GPUS[case.gpu]
+    p = launch.plan(rows, n, gpu, launch.vector_width(n, x), x.element_size(), gamma.element_size(), case.residual)
     assert getattr(p, f"{case.direction}_branch") == case.branch, p
     calls = torch.zeros(2, dtype=torch.int64, device=device)
     y_ref, dx_ref, dgamma_ref = oracle(x, gamma, dy)
-    if case.direction == "fwd":
+    if case.residual:
+        residual, _, dh = make_inputs(case.shape, case.dtype, device, seed=1)
+        y_ref, h_ref, *_ = add_oracle(x, residual, gamma, dy, dh)
+        y, h = kernels.rmsnorm_forward(x, gamma, 1e-6, counters.addresses(calls), p, residual=residual)
+        got = {"y": (y, y_ref, None), "h": (h, h_ref, None)}
+    elif case.direction == "fwd":
         got = {"y": (kernels.rmsnorm_forward(x, gamma, 1e-6, counters.addresses(calls), p), y_ref, None)}
     else:
         dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, counters.addresses(calls), p)

@@ -552,7 +552,7 @@ def rmsnorm_forward(
     h2 = x2 if h is None else h.view(-1, n)
     # of the tensors launched on: a plan passed in may come from another layout
     vec = vector_width(n, x2, res2, traced=launch is not direct)
-    p = p or plan_for(x2, gamma, vec)
+    p = p or plan_for(x2, gamma, vec, residual=h is not None)
     if p.fwd_two_pass:
         launch(_rmsnorm_fwd_chunked_kernel)[(p.fwd_programs,)](
             x2,

@@ -6,11 +6,12 @@ The rules are the code below, in this order:
   ``INTERPRETER`` is the record Triton's interpreter plans with; ``H200`` a record for planning without
   one.
 - ``plan(rows, n, gpu, ...)`` joins the forward's and the backward's settings, cached per (shape, vector
-  width, GPU). It takes the GPU from its caller, always.
+  width, GPU, residual). It takes the GPU from its caller, always.
 - ``_forward`` picks one of ``FORWARD_BRANCHES`` from N, the element size, whether rows are read in
-  16-byte vectors and whether their rows in flight fit the GPU's L2 (``chunked_forward``); the tile comes
-  from ``whole_row_tile``, ``chunked_forward`` or ``looped_forward_chunk``, and rows read without 16-byte
-  vectors get a persistent grid sized by the multiprocessors.
+  16-byte vectors, whether a residual is added and whether their rows in flight fit the GPU's L2
+  (``chunked_forward``); the tile comes from ``whole_row_tile``, ``chunked_forward`` or
+  ``looped_forward_chunk``, and rows read without 16-byte vectors get a persistent grid sized by the
+  multiprocessors.
 - ``_backward`` picks one of ``BACKWARD_BRANCHES`` from N; the tile comes from ``backward_tile``, smaller
   for problems of few rows; its persistent grid, sized by the multiprocessors alone, is also the number of
   rows of dgamma partials.
@@ -49,6 +50,10 @@ CHUNKED_FWD_WARPS = (4, 8, 16)
 CHUNK_ELEMENTS_PER_THREAD = 4
 LOOP_FWD_MAX_CHUNK = 32768
 PADDED_LOOP_FWD_MAX_CHUNK = 8192
+# With a residual, rows past ROW_LIMIT of up to this many lanes, mostly data (N > 3/4 of the lanes), take
+# one pass over whole rows: the two-pass forward would read back the h it has just written.
+RESIDUAL_ROW_LIMIT = 16384
+RESIDUAL_WIDE_WARPS = 16
 # Backward, whole rows
 BWD_TILE_BYTES = 16 * 1024
 BWD_MAX_WARPS = 8
@@ -82,7 +87,14 @@ SMEM_RESERVE_BYTES = 8 * 1024
 DEFAULT_SMEM_BYTES = 48 * 1024
 
 #: The forward's branches, in the order ``_forward`` tries them.
-FORWARD_BRANCHES = ("one_chunk", "chunks", "quarter_chunks", "whole_rows", "whole_rows_persistent")
+FORWARD_BRANCHES = (
+    "residual_wide_rows",
+    "one_chunk",
+    "chunks",
+    "quarter_chunks",
+    "whole_rows",
+    "whole_rows_persistent",
+)
 #: The backward's branches, in the order ``_backward`` tries them.
 BACKWARD_BRANCHES = ("looped", "whole_rows")
 
@@ -115,7 +127,8 @@ class Plan:
     #: Which of ``FORWARD_BRANCHES`` and ``BACKWARD_BRANCHES`` made the settings below.
     fwd_branch: str
     bwd_branch: str
-    #: Rows wider than ROW_LIMIT: the forward walks them in chunks, the backward takes two steps.
+    #: Rows wider than ROW_LIMIT: the backward takes two steps, and the forward walks them in chunks
+    #: (unless ``residual_wide_rows``).
     looped: bool
     #: The forward runs the two-pass kernel, one program per row.
     fwd_two_pass: bool
@@ -146,24 +159,43 @@ class Plan:
 
 
 @functools.lru_cache(maxsize=4096)
-def plan(rows: int, n: int, gpu: Gpu, vec: int | None = None, x_bytes: int = 4, gamma_bytes: int = 4) -> Plan:
+def plan(
+    rows: int,
+    n: int,
+    gpu: Gpu,
+    vec: int | None = None,
+    x_bytes: int = 4,
+    gamma_bytes: int = 4,
+    residual: bool = False,
+) -> Plan:
     """The plan for ``rows`` rows of ``n`` elements of ``x_bytes`` bytes on ``gpu``. ``vec``: elements per
     vector load of x (``vector_width``); None: as many as 16 bytes and N allow (rows that start on
-    16-byte boundaries)."""
+    16-byte boundaries). ``residual``: the forward adds a residual (and writes h)."""
     if vec is None:
         vec = min(16 // x_bytes, n & -n)
     sum_block_n = INTERPRETER_SUM_BLOCK_N if gpu == INTERPRETER else SUM_BLOCK_N
     return Plan(
-        **_forward(rows, n, gpu, vec, x_bytes),
+        **_forward(rows, n, gpu, vec, x_bytes, residual),
         **_backward(rows, n, gpu, x_bytes, gamma_bytes),
         sum_block_n=sum_block_n,
         vec=vec,
     )
 
 
-def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int) -> dict:
+def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, residual: bool) -> dict:
     aligned = vec * x_bytes == 16
     block_n = triton.next_power_of_2(n)
+    if residual and aligned and ROW_LIMIT < block_n <= RESIDUAL_ROW_LIMIT and 4 * n > 3 * block_n:
+        return dict(
+            fwd_branch="residual_wide_rows",
+            looped=True,
+            fwd_two_pass=False,
+            block_n=block_n,
+            fwd_block_m=1,
+            fwd_warps=RESIDUAL_WIDE_WARPS,
+            fwd_programs=rows,
+            fwd_stages=1,
+        )
     two_pass = dict(fwd_two_pass=True, fwd_block_m=1, fwd_programs=rows, fwd_stages=1)
     if block_n <= ROW_LIMIT and aligned and block_n * x_bytes == TWO_PASS_ROW_BYTES and block_n == n:
         return dict(fwd_branch="one_chunk", looped=False, block_n=block_n, fwd_warps=TWO_PASS_WARPS, **two_pass)
@@ -323,12 +355,12 @@ def gpu_for(t: torch.Tensor) -> Gpu:
     return cuda_gpu(index) if index >= 0 else INTERPRETER
 
 
-def plan_for(x2: torch.Tensor, gamma: torch.Tensor, vec: int | None = None) -> Plan:
+def plan_for(x2: torch.Tensor, gamma: torch.Tensor, vec: int | None = None, residual: bool = False) -> Plan:
     """The plan for the (rows, N) view ``x2`` and ``gamma`` on their device's GPU (``gpu_for``); ``vec``:
-    ``vector_width`` of ``x2`` when the caller has it already."""
+    ``vector_width`` of ``x2`` when the caller has it already; ``residual``: the forward adds one."""
     rows, n = x2.shape[0], int(x2.shape[1])
     vec = vector_width(n, x2) if vec is None else vec
     # Traced by torch.compile with dynamic=True, the row count is symbolic: planned uncached, and each
     # rule's comparison of it becomes a guard of the compiled graph.
     make = plan if isinstance(rows, int) else plan.__wrapped__
-    return make(rows, n, gpu_for(x2), vec, x2.element_size(), gamma.element_size())
+    return make(rows, n, gpu_for(x2), vec, x2.element_size(), gamma.element_size(), residual)
