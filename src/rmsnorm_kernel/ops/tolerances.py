@@ -19,8 +19,11 @@ dgamma, which carry the rounded n, are compared with the tolerance of x's dtype 
 (a float32 y or dgamma of a bfloat16 x): ``tolerance_dtype``.
 
 Training curves of the paths (same seed, same batches) are compared step by step with
-``TRAINING_CURVE_RTOL``: the paths differ only by float32 reordering inside the norm (about 1e-7
-relative), which Adam's updates carry forward over the run's steps.
+``TRAINING_CURVE_RTOL``, in float32 on the CPU: the paths differ only by float32 reordering inside the
+norm (about 1e-7 relative), and training amplifies such differences step by step. On the CPU the
+language model's 100-step curves stay within 6e-6 of the reference's. On a GPU they grow about tenfold
+every 10 steps, past this tolerance within 100 steps for PyTorch's own ``F.rms_norm`` as for Triton, while
+the reference repeats itself bit for bit: there the drift is reported (docs/training.md), not held to it.
 """
 
 from __future__ import annotations
