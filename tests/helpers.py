@@ -3,6 +3,7 @@ command lines whose process is itself under test."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import signal
 import subprocess
@@ -10,13 +11,20 @@ import sys
 import time
 from pathlib import Path
 
-from rmsnorm_kernel.ops.backend import kernel_device_type
+import pytest
+
+from rmsnorm_kernel.ops.backend import interpreter_problem, kernel_device_type
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = kernel_device_type()
 QUIET = ["trainer.enable_progress_bar=false"]
 #: The environment of a process that sees no GPU, also on a GPU machine.
 CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}
+#: Why this machine's Triton and NumPy cannot run the interpreter (the package refuses at import), or None.
+INTERPRETER_PROBLEM = interpreter_problem(importlib.metadata.version("triton"), importlib.metadata.version("numpy"))
+needs_a_working_interpreter = pytest.mark.skipif(
+    INTERPRETER_PROBLEM is not None, reason="this Triton's interpreter cannot run with this NumPy"
+)
 
 
 def compose_cfg(overrides=()):

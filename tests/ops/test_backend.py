@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from rmsnorm_kernel.ops.backend import interpreter_problem
-from tests.helpers import CPU_ONLY, ROOT
+from tests.helpers import CPU_ONLY, INTERPRETER_PROBLEM, ROOT, needs_a_working_interpreter
 
 WARNING = "rmsnorm_kernel: no CUDA device found; the Triton kernels run on the CPU through Triton's interpreter"
 
@@ -53,12 +53,6 @@ def run_python(code: str, **env) -> subprocess.CompletedProcess:
         env={**base, **CPU_ONLY, **env},
     )
 
-
-#: Why this machine's Triton and NumPy cannot run the interpreter (the package refuses at import), or None.
-INTERPRETER_PROBLEM = interpreter_problem(importlib.metadata.version("triton"), importlib.metadata.version("numpy"))
-needs_a_working_interpreter = pytest.mark.skipif(
-    INTERPRETER_PROBLEM is not None, reason="this Triton's interpreter cannot run with this NumPy"
-)
 
 FIRST = {
     "triton": "import triton",

@@ -13,7 +13,7 @@ from rmsnorm_kernel.ops.tolerances import TRAINING_CURVE_RTOL, compare
 from rmsnorm_kernel.training.checkpoints import CheckpointError, read_checkpoint
 from rmsnorm_kernel.training.config import ConfigError
 from rmsnorm_kernel.training.events import read_scalars
-from tests.helpers import CPU_ONLY, DEVICE, train_process
+from tests.helpers import CPU_ONLY, DEVICE, needs_a_working_interpreter, train_process
 
 from .helpers import DDP, FSDP2, SCHEDULE, checkpoint_of, needs_two_processes, train
 
@@ -153,6 +153,7 @@ def test_the_large_preset_trains_in_bfloat16_on_every_path_at_a_reduced_size(tmp
 
 
 @pytest.mark.slow
+@needs_a_working_interpreter
 def test_the_three_path_command_on_the_preset_passes_its_checks_and_its_cpu_curves_agree(tmp_path):
     """``train.py model=transformer -m norm=reference,native,triton`` as documented: the preset's own sizes
     and the default schedule of 100 steps, in float32 on the CPU (no GPU visible, on any machine), where
