@@ -7,7 +7,11 @@
 - ``launch_rules``, ``launch_sweep``: the launch-plan experiments behind ``rmsnorm_kernel.ops.launch``;
 - ``host_time``: the host time per call of the Triton path's pieces at a small shape;
 - ``train_step``: a training step of the ``model=large`` network on every path, eager and compiled, in
-  float32 and bfloat16: wall time, GPU time, kernel launches and the RMSNorm's GPU time.
+  float32 and bfloat16: wall time, GPU time, kernel launches and the RMSNorm's GPU time;
+- ``residual_add``: the fused residual add and norm against compiled and eager add + ``F.rms_norm`` and
+  Liger-Kernel's fused add;
+- ``transformer_step``: where a training step of ``model=transformer_large`` spends its GPU time, per
+  RMSNorm path, eager or compiled.
 
 What they share, one job per module: ``impls`` (the implementations under test and one whole call of
 each), ``seed_kernel`` (the one-program-per-row peer), ``rows`` (the byte model, the oracle check, the

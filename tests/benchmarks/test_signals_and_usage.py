@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from benchmarks import benchmark, host_time, launch_rules, launch_sweep, train_step
+from benchmarks import benchmark, host_time, launch_rules, launch_sweep, train_step, transformer_step
 from benchmarks.common import Terminated
 from benchmarks.sweep import run as sweep
 from tests.helpers import ROOT, interrupt_process
@@ -19,6 +19,7 @@ COMMANDS = {
     "launch_sweep": (launch_sweep, "launch_sweep", "file_problem"),
     "host_time": (host_time, "host_time", "file_problem"),
     "train_step": (train_step, "train_step", "file_problem"),
+    "transformer_step": (transformer_step, "transformer_step", "file_problem"),
 }
 
 
@@ -40,7 +41,7 @@ def test_ctrl_c_or_sigterm_ends_each_command_in_one_line(command, exc, status, n
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is the command's only
 
 
-@pytest.mark.parametrize("command", ["launch_rules", "launch_sweep", "host_time", "train_step"])
+@pytest.mark.parametrize("command", ["launch_rules", "launch_sweep", "host_time", "train_step", "transformer_step"])
 @pytest.mark.parametrize("where", ["folder", "under_a_file"])
 def test_a_json_file_that_cannot_be_written_is_refused_before_any_work(command, where, tmp_path, capsys):
     module, prog, _ = COMMANDS[command]
@@ -60,6 +61,7 @@ def test_a_json_file_that_cannot_be_written_is_refused_before_any_work(command, 
         ("launch_sweep", ["--warmup", "-3"]),
         ("host_time", ["--repeats", "0"]),
         ("train_step", ["--steps", "0"]),
+        ("transformer_step", ["--modes", "max-autotune"]),
         ("benchmark", ["--impls", ","]),
         ("benchmark", ["--samples", "-1"]),
         ("sweep", ["--impls", ","]),

@@ -102,6 +102,7 @@ BENCHMARK_FILES = (
     r"outputs/figures/benchmark\.png",
     r"outputs/train_step\.(?:json|tmp)",  # .tmp: a write that an interruption stopped (common.write_json)
     r"outputs/residual_add\.(?:json|tmp)",
+    r"outputs/transformer_step\.(?:json|tmp)",
 )
 #: The benchmark sweep's files, by the names ``benchmarks.sweep`` gives them (a test checks they agree).
 SWEEP_FILES = (
