@@ -1,6 +1,6 @@
 """What several measurements of ``benchmarks`` share: their command lines (one-line usage errors, numeric
 options with a lower bound, comma-separated choices, Ctrl+C and SIGTERM in one line: the check commands'
-own, from ``rmsnorm_kernel.checks.cli``) and writing their JSON files."""
+own, from ``rmsnorm_kernel.checks.cli``), writing their JSON files and reading them back for ``--table``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 import json
 import math
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -25,6 +26,8 @@ __all__ = [
     "interrupt_status",
     "run_interruptible",
     "plain",
+    "print_table",
+    "read_results",
     "write_json",
 ]
 
@@ -82,3 +85,27 @@ def write_json(path: Path, data) -> Path:
     tmp.write_text(json.dumps(plain(data), indent=1, allow_nan=False) + "\n")
     tmp.replace(path)
     return path
+
+
+def read_results(path: Path, kind: str) -> dict:
+    """The results file of the command ``kind`` (its JSON names it in ``"kind"``); ``ValueError`` with a
+    one-line reason if it is not one."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"--table {path}: cannot be read ({e.strerror or e})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--table {path}: not JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        raise ValueError(f"--table {path}: not a {kind} result; accepted: a file that {kind} wrote")
+    return data
+
+
+def print_table(kind: str, path: Path, markdown: Callable[[dict], str]) -> int:
+    """``--table``: the results file of ``kind`` at ``path`` printed by ``markdown``; 0, or 2 with one line."""
+    try:
+        print(markdown(read_results(path, kind)))
+    except ValueError as e:
+        print(f"{kind}: {e}", file=sys.stderr)
+        return 2
+    return 0

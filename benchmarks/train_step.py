@@ -60,7 +60,6 @@ without one it says so in one line and exits 2 (``--table`` needs none).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import sys
@@ -76,7 +75,15 @@ from rmsnorm_kernel.checks.report import format_table, one_line
 from rmsnorm_kernel.ops.impls import IMPLS
 
 from . import impls
-from .common import OneLineParser, at_least, comma_choices, file_problem, run_interruptible, write_json
+from .common import (
+    OneLineParser,
+    at_least,
+    comma_choices,
+    file_problem,
+    print_table,
+    run_interruptible,
+    write_json,
+)
 from .impls import EPS, LIGER_SETTINGS, versions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -409,19 +416,6 @@ def markdown(data: dict) -> str:
     return "\n".join(lines)
 
 
-def read_results(path: Path) -> dict:
-    """A run's JSON; ``ValueError`` with a one-line reason if it is not one."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise ValueError(f"--table {path}: cannot be read ({e.strerror or e})") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--table {path}: not JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(data, dict) or data.get("kind") != KIND:
-        raise ValueError(f"--table {path}: not a {KIND} result; accepted: a file that {KIND} wrote")
-    return data
-
-
 # --------------------------------------------------------------------------------------------------
 # The command
 
@@ -452,12 +446,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """The command, on parsed arguments; every argument is checked before any work."""
     if args.table is not None:
-        try:
-            print(markdown(read_results(args.table)))
-        except ValueError as e:
-            print(f"{KIND}: {e}", file=sys.stderr)
-            return 2
-        return 0
+        return print_table(KIND, args.table, markdown)
     problem = file_problem("--json", args.json)
     if problem is not None:
         print(f"{KIND}: {problem}", file=sys.stderr)

@@ -9,8 +9,9 @@ rows compile the network in place with ``fullgraph=True``, as ``train.py compile
 and Adam stay eager.
 
 Per row, after ``--warmup`` steps (compilation happens there): the median wall time of ``--steps`` steps
-(``time.perf_counter`` between two ``torch.cuda.synchronize()``), then ``PROFILE_STEPS`` profiled steps:
-the device kernels' GPU time per step and its split by ``CATEGORIES``, the first that names a kernel:
+(``train_step.wall_times``: ``time.perf_counter`` between two ``torch.cuda.synchronize()``), then
+``PROFILE_STEPS`` profiled steps: the device kernels' GPU time per step and its split by ``CATEGORIES``,
+the first that names a kernel:
 
 - ``norm``: the RMSNorm's kernels, by ``train_step.norm_kernel``'s rule: the Triton path's own, aten's, or
   an Inductor kernel with the norm among the ops it fused (with whatever it fused: the residual add, or
@@ -30,11 +31,9 @@ Needs a CUDA GPU: without one it says so in one line and exits 2 (``--table`` ne
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -43,9 +42,17 @@ from rmsnorm_kernel.checks.report import one_line
 from rmsnorm_kernel.ops.reference import DEFAULT_EPS
 from rmsnorm_kernel.training.network import build_network, loss
 
-from .common import OneLineParser, at_least, comma_choices, file_problem, run_interruptible, write_json
+from .common import (
+    OneLineParser,
+    at_least,
+    comma_choices,
+    file_problem,
+    print_table,
+    run_interruptible,
+    write_json,
+)
 from .impls import versions
-from .train_step import NORM_RULE, is_copy, norm_kernel, profile_kernels, project_kernels
+from .train_step import NORM_RULE, is_copy, norm_kernel, profile_kernels, project_kernels, wall_times
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "conf" / "model" / "transformer_large.yaml"
@@ -129,13 +136,7 @@ def measure(path: str, mode: str, sizes: dict, steps: int, warmup: int, own: tup
     step = make_step(path, mode, sizes, "cuda")
     for _ in range(warmup):
         step()
-    times = []
-    for _ in range(steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
+    times, _ = wall_times(step, steps)
     profiled = split(profile_kernels(step, PROFILE_STEPS), PROFILE_STEPS, own)
     return dict(path=path, mode=mode, wall_ms=1e3 * statistics.median(times), error=None, **profiled)
 
@@ -160,19 +161,6 @@ def markdown(data: dict) -> str:
     return "\n".join(lines)
 
 
-def read_results(path: Path) -> dict:
-    """A run's JSON; ``ValueError`` with a one-line reason if it is not one."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise ValueError(f"--table {path}: cannot be read ({e.strerror or e})") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--table {path}: not JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(data, dict) or data.get("kind") != KIND:
-        raise ValueError(f"--table {path}: not a {KIND} result; accepted: a file that {KIND} wrote")
-    return data
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = OneLineParser(prog="python -m benchmarks.transformer_step", description=__doc__.strip().split("\n")[0])
     parser.add_argument("--paths", type=comma_choices("path", PATHS), default=list(PATHS), help="default: all")
@@ -192,12 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """The command, on parsed arguments; every argument is checked before any work."""
     if args.table is not None:
-        try:
-            print(markdown(read_results(args.table)))
-        except ValueError as e:
-            print(f"{KIND}: {e}", file=sys.stderr)
-            return 2
-        return 0
+        return print_table(KIND, args.table, markdown)
     problem = file_problem("--json", args.json)
     if problem is not None:
         print(f"{KIND}: {problem}", file=sys.stderr)
