@@ -21,7 +21,8 @@ Protocol, as in Triton's tutorial:
 - bytes are the fewest the operation must move (``rows.bytes_moved``): forward 2*M*N elements of x's
   dtype + N of gamma's; forward + backward 5*M*N (x and y; x, dy and dx) + 2*N (gamma, dgamma);
 - a table is printed last (``report.format_table``) and every number goes to ``<outputs>/benchmark.json``
-  (``report.write_report``), rewritten after every shape; at the end the figure
+  (``report.write_report``; an earlier run's file there is kept as ``benchmark.json.prev<n>``), rewritten
+  after every shape; at the end the figure
   ``<outputs>/figures/benchmark.png`` is drawn from that file (``figures.benchmark_figure``).
 
 Without a CUDA GPU nothing can be timed: the command says so, runs a tiny correctness-only smoke of
@@ -40,12 +41,12 @@ from pathlib import Path
 
 import torch
 
-from rmsnorm_kernel.checks.report import format_table, one_line, outputs_problem, write_report
+from rmsnorm_kernel.checks.report import format_table, one_line, outputs_problem, report_path, write_report
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.reference import oracle
 from rmsnorm_kernel.testing import make_inputs
 
-from .common import OneLineParser, at_least, run_interruptible
+from .common import OneLineParser, at_least, keep_earlier_run, run_interruptible
 from .figures import FIGURE, benchmark_figure
 from .impls import DTYPES, EPS, IMPLS, LIGER_SETTINGS, MODES, ForwardFn, make_impl, parse_impls, versions
 from .rows import Result, mark_winners, measure_row
@@ -245,6 +246,7 @@ def run(args) -> int:
             "checked against the oracle, no timings.",
             file=sys.stderr,
         )
+        keep_earlier_run("benchmark", report_path(args.outputs, "benchmark"))
         return _cpu_smoke(impls, args)
 
     device_name = torch.cuda.get_device_name()
@@ -253,6 +255,7 @@ def run(args) -> int:
     ceiling = copy_ceiling()
     print(f"device-to-device copy ceiling: {ceiling / 1e12:.2f} TB/s")
     timer = cuda_timer(args.warmup, args.samples, args.calls, do_bench=not args.no_do_bench)
+    keep_earlier_run("benchmark", report_path(args.outputs, "benchmark"))
     # The JSON is rewritten after every shape, so a run cut short still leaves what it measured.
     results = run_benchmark(
         shapes,

@@ -1,6 +1,7 @@
 """What several measurements of ``benchmarks`` share: their command lines (one-line usage errors, numeric
 options with a lower bound, comma-separated choices, Ctrl+C and SIGTERM in one line: the check commands'
-own, from ``rmsnorm_kernel.checks.cli``), writing their JSON files and reading them back for ``--table``."""
+own, from ``rmsnorm_kernel.checks.cli``), writing their JSON files (an earlier run's file kept) and reading
+them back for ``--table``."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ __all__ = [
     "comma_choices",
     "file_problem",
     "interrupt_status",
+    "keep_earlier_run",
+    "keep_previous",
     "run_interruptible",
     "plain",
     "print_table",
@@ -109,3 +112,25 @@ def print_table(kind: str, path: Path, markdown: Callable[[dict], str]) -> int:
         print(f"{kind}: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def keep_previous(path: Path) -> Path | None:
+    """An earlier run's file at ``path`` renamed to ``<path>.prev<n>`` (the first n free), so that running
+    again never loses a measurement; returns the new name, or None when there was no file."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    n = 1
+    while path.with_name(f"{path.name}.prev{n}").exists():
+        n += 1
+    kept = path.with_name(f"{path.name}.prev{n}")
+    path.rename(kept)
+    return kept
+
+
+def keep_earlier_run(kind: str, path: Path | None) -> None:
+    """Before a run's first write to its results file ``path`` (None: it writes none): an earlier run's
+    file there is kept (``keep_previous``), and the command ``kind`` says so in one line."""
+    kept = None if path is None else keep_previous(path)
+    if kept is not None:
+        print(f"{kind}: {path} held an earlier run; kept as {kept}")

@@ -30,7 +30,7 @@ from rmsnorm_kernel.ops import counters, kernels
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.testing import make_inputs
 
-from .common import OneLineParser, at_least, file_problem, run_interruptible, write_json
+from .common import OneLineParser, at_least, file_problem, keep_earlier_run, run_interruptible, write_json
 from .impls import EPS, FWD, FWD_BWD, make_call, make_impl, versions
 
 
@@ -128,6 +128,7 @@ def run(args) -> int:
             statistic="median",
             times=times,
         )
+        keep_earlier_run("host_time", args.json)
         print(f"wrote {write_json(args.json, data)}")
     return 0
 

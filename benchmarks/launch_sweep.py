@@ -30,7 +30,7 @@ from rmsnorm_kernel.ops.reference import oracle
 from rmsnorm_kernel.testing import make_inputs
 
 from .benchmark import table
-from .common import OneLineParser, at_least, file_problem, run_interruptible, write_json
+from .common import OneLineParser, at_least, file_problem, keep_earlier_run, run_interruptible, write_json
 from .impls import DTYPES, EPS, MODES, make_impl, versions
 from .rows import Result, mark_winners, measure_row
 from .timing import Timer, copy_ceiling, cuda_timer
@@ -164,6 +164,7 @@ def run(args) -> int:
             variants=VARIANTS,
             rows=[dict(asdict(r), plan=p) for r, p in zip(rows, plans)],
         )
+        keep_earlier_run("launch_sweep", args.json)
         print(f"wrote {write_json(args.json, data)}")
     return 0 if all(r.ok for r in rows) else 1
 

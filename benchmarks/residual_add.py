@@ -41,7 +41,7 @@ from rmsnorm_kernel.ops.reference import add_oracle
 from rmsnorm_kernel.ops.tolerances import compare, tolerance_dtype
 from rmsnorm_kernel.testing import make_inputs
 
-from .common import OneLineParser, file_problem, run_interruptible, write_json
+from .common import OneLineParser, file_problem, keep_earlier_run, run_interruptible, write_json
 from .impls import EPS, versions
 
 #: (rows, N) in bfloat16: x of 128 MiB at every N of the sweep's activation regime, and of 256 MiB at 4096.
@@ -193,6 +193,7 @@ def run(args) -> int:
     data = dict(device=torch.cuda.get_device_name(), **versions(), dtype=str(DTYPE).removeprefix("torch."))
     data.update(timing="gpu_ms: CUDA-graph replays (sweep.measure.CudaTimers); whole_ms: CUDA events", rows=rows)
     print(table(data))
+    keep_earlier_run("residual_add", args.json)
     print(f"wrote {write_json(args.json, data)}")
     return 0 if all(row["problem"] is None for row in rows if row["impl"] == "triton") else 1
 

@@ -80,6 +80,7 @@ from .common import (
     at_least,
     comma_choices,
     file_problem,
+    keep_earlier_run,
     print_table,
     run_interruptible,
     write_json,
@@ -489,6 +490,7 @@ def run(args: argparse.Namespace) -> int:
     print(describe(data))
     if not has_liger:
         print("liger: liger_kernel does not import here; no liger rows")
+    keep_earlier_run(KIND, args.json)
     own = project_kernels()
     for dtype_name in args.dtypes:
         for mode in args.modes:

@@ -47,6 +47,7 @@ from .common import (
     at_least,
     comma_choices,
     file_problem,
+    keep_earlier_run,
     print_table,
     run_interruptible,
     write_json,
@@ -203,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         complete=False,
         rows=[],
     )
+    keep_earlier_run(KIND, args.json)
     own = project_kernels()
     for mode in args.modes:
         for path in args.paths:

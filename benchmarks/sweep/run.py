@@ -53,7 +53,14 @@ from rmsnorm_kernel.checks.figures import FigureResult
 from rmsnorm_kernel.checks.report import outputs_problem
 from rmsnorm_kernel.ops.backend import CUDA, backend
 
-from ..common import OneLineParser, at_least, comma_choices, run_interruptible, write_json
+from ..common import (
+    OneLineParser,
+    at_least,
+    comma_choices,
+    keep_earlier_run,
+    run_interruptible,
+    write_json,
+)
 from ..impls import IMPLS, liger_version, make_impl, parse_impls
 from ..timing import Timer, no_timer
 from . import figures, report
@@ -104,20 +111,6 @@ def session_report(meta: dict, rows: list[Row], ceilings: list[dict], remaining:
         ceilings=ceilings,
         rows=rows,
     )
-
-
-def keep_previous(path: Path) -> Path | None:
-    """An earlier run's file at ``path`` renamed to ``<path>.prev<n>`` (the first n free), so that running
-    again never loses a measurement; ``--merge`` reads ``*.json`` files only, so it skips these."""
-    path = Path(path)
-    if not path.exists():
-        return None
-    n = 1
-    while path.with_name(f"{path.name}.prev{n}").exists():
-        n += 1
-    kept = path.with_name(f"{path.name}.prev{n}")
-    path.rename(kept)
-    return kept
 
 
 # --------------------------------------------------------------------------------------------------
@@ -364,9 +357,7 @@ def run(args) -> int:
         noise_points=[pt.id for pt in repeats],
     )
     path = run_path(args.outputs, meta["skipped_done"])
-    kept = keep_previous(path)
-    if kept is not None:
-        print(f"sweep: {path} held an earlier run; kept as {kept}")
+    keep_earlier_run("sweep", path)  # as .json.prev<n>: --merge reads *.json files only, so it skips it
     print(f"{device_name}: torch {meta['torch']}, triton {meta['triton']}, liger-kernel {meta['liger_kernel']}")
     print(f"writing {path} after every point")
     regimes = sorted({pt.regime for pt in [*todo, *repeats]} & set(REGIME_BYTES)) if cuda else []

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from benchmarks import benchmark as bm
+from benchmarks.common import keep_previous
 from benchmarks.figures import FIGURE
 from benchmarks.impls import EPS, FWD, FWD_BWD
 from benchmarks.rows import Result
@@ -149,6 +150,8 @@ def test_the_files_written_are_those_clean_removes(tmp_path):
     assert ": written " in bm.draw_figure(outputs / "benchmark.json", outputs)
     args = argparse.Namespace(warmup=1, samples=1, calls=1, no_do_bench=True)
     written = [bm.write(outputs, True, "fake-gpu", None, [], args), outputs / "figures" / FIGURE]
+    written.append(keep_previous(written[0]))  # an earlier run's results, when it runs again
+    bm.write(outputs, True, "fake-gpu", None, [], args)
     for path in written:
         assert path.is_file() and clean.is_generated_file(tmp_path, path.relative_to(tmp_path).as_posix()), path
     assert not clean.is_generated_file(tmp_path, "outputs/benchmark.md")
@@ -169,6 +172,10 @@ def test_without_a_gpu_the_command_runs_a_correctness_smoke(tmp_path, capsys):
     assert {(r["shape"], r["dtype"]) for r in data["results"]} == {("4x257", "float32"), ("3x33", "bfloat16")}
     assert all(r["ok"] and r["events_us"] is None for r in data["results"])
     assert not (tmp_path / "figures" / FIGURE).exists()
+    first = (tmp_path / "benchmark.json").read_text()
+    assert bm.main(["--outputs", str(tmp_path)]) == 0  # again: the first run's results are kept
+    assert (tmp_path / "benchmark.json.prev1").read_text() == first
+    assert f"kept as {tmp_path / 'benchmark.json.prev1'}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.common import OneLineParser, at_least, write_json
+from benchmarks.common import OneLineParser, at_least, keep_earlier_run, write_json
 
 
 @dataclass
@@ -48,3 +48,22 @@ def test_a_command_line_mistake_is_one_line_and_exit_2(capsys):
         with pytest.raises(SystemExit) as exc:
             parser.parse_args(argv)
         assert exc.value.code == 2 and capsys.readouterr().err == f"prog: {words}\n"
+
+
+def test_an_earlier_run_s_file_is_kept_under_a_free_name_and_said_so(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    keep_earlier_run("cmd", path)  # nothing there: nothing moved, nothing said
+    assert list(tmp_path.iterdir()) == [] and capsys.readouterr().out == ""
+    for run in ("first", "second"):
+        path.write_text(run)
+        keep_earlier_run("cmd", path)
+    assert not path.exists()
+    assert [(p.name, p.read_text()) for p in sorted(tmp_path.iterdir())] == [
+        ("r.json.prev1", "first"),
+        ("r.json.prev2", "second"),
+    ]
+    assert capsys.readouterr().out.splitlines() == [
+        f"cmd: {path} held an earlier run; kept as {path}.prev1",
+        f"cmd: {path} held an earlier run; kept as {path}.prev2",
+    ]
+    keep_earlier_run("cmd", None)  # a command asked to write no file

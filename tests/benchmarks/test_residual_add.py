@@ -73,6 +73,7 @@ def test_its_default_results_file_is_one_clean_removes(tmp_path):
 
     path = "outputs/residual_add.json"
     assert residual_add.DEFAULT_JSON == path and clean.is_generated_file(tmp_path, path)
+    assert clean.is_generated_file(tmp_path, path + ".prev1")  # an earlier run's, kept when it ran again
 
 
 def test_a_backward_off_the_oracle_marks_only_the_forward_and_backward_row(device, monkeypatch):

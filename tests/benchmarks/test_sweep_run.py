@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from benchmarks.common import write_json
+from benchmarks.common import keep_previous, write_json
 from benchmarks.impls import MODES, make_impl
 from benchmarks.rows import Result
 from benchmarks.sweep import figures as sf
@@ -247,10 +247,10 @@ def test_a_signal_stops_the_sweep_after_the_point_in_progress_and_keeps_what_it_
 
 def test_running_again_keeps_the_earlier_runs_file_out_of_the_merge(tmp_path):
     path = sweep.run_path(tmp_path)
-    assert sweep.keep_previous(path) is None  # nothing there yet
+    assert keep_previous(path) is None  # nothing there yet
     for run in ("first", "second"):
         path.write_text(run)
-        sweep.keep_previous(path)
+        keep_previous(path)
     assert not path.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "benchmark-sweep.run.json.prev1",
@@ -266,7 +266,7 @@ def test_clean_knows_every_file_the_sweep_writes(tmp_path):
         sweep.run_path(outputs),
         sweep.run_path(outputs, 7),
         write_json(sweep.run_path(outputs), {}).with_suffix(".tmp"),  # the name it has while being written
-        sweep.keep_previous(sweep.run_path(outputs)),
+        keep_previous(sweep.run_path(outputs)),
         outputs / sr.MERGED_JSON,
         write_json(outputs / sr.MERGED_JSON, {}).with_suffix(".tmp"),
         outputs / sr.MERGED_MD,

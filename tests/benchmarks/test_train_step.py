@@ -138,6 +138,18 @@ def test_a_run_measures_every_row_reads_the_preset_and_writes_its_json(tmp_path,
     assert "no liger rows" in stdout and "calls fwd/bwd in 7 steps" in stdout and "WRONG" not in stdout
 
 
+def test_running_again_keeps_the_earlier_runs_results(tmp_path, capsys, monkeypatch):
+    _as_if_on_a_gpu(monkeypatch, liger=False)
+    monkeypatch.setattr(train_step, "measure", fake_row)
+    out = tmp_path / "t.json"
+    argv = ["--steps", "3", "--modes", "eager", "--dtypes", "float32", "--paths", "triton", "--json", str(out)]
+    assert train_step.main(argv) == 0
+    first = out.read_text()
+    assert train_step.main(argv) == 0
+    assert (tmp_path / "t.json.prev1").read_text() == first and json.loads(out.read_text())["complete"]
+    assert f"held an earlier run; kept as {out}.prev1" in capsys.readouterr().out
+
+
 def test_a_call_count_that_differs_is_shown_and_exits_1(tmp_path, capsys, monkeypatch):
     _as_if_on_a_gpu(monkeypatch, liger=False)
 
@@ -421,3 +433,4 @@ def test_its_default_results_file_is_one_clean_removes(tmp_path):
     from rmsnorm_kernel.checks import clean
 
     assert clean.is_generated_file(tmp_path, train_step.DEFAULT_JSON.as_posix())
+    assert clean.is_generated_file(tmp_path, train_step.DEFAULT_JSON.as_posix() + ".prev3")  # an earlier run's

@@ -87,6 +87,29 @@ def test_every_path_starts_from_the_same_network_and_batch_and_triton_runs_every
         assert math.isclose(first[path], first["reference"], rel_tol=tol.rtol, abs_tol=tol.atol), first
 
 
+def test_a_run_writes_every_row_and_running_again_keeps_the_earlier_results(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(transformer_step.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(transformer_step.torch.cuda, "get_device_name", lambda: "fake GPU")
+    monkeypatch.setattr(transformer_step.torch.cuda, "empty_cache", lambda: None)
+    seen = []
+
+    def measure(path, mode, sizes, steps, warmup, own):
+        seen.append((path, mode, steps, warmup))
+        split = transformer_step.split([("nvjet_x", 1000.0)], 1, own)
+        return dict(path=path, mode=mode, wall_ms=1.5, error=None, **split)
+
+    monkeypatch.setattr(transformer_step, "measure", measure)
+    out = tmp_path / "r.json"
+    argv = ["--paths", "native,triton", "--steps", "3", "--warmup", "2", "--json", str(out)]
+    assert transformer_step.main(argv) == 0
+    assert seen == [("native", "compile", 3, 2), ("triton", "compile", 3, 2)]
+    data = json.loads(out.read_text())
+    assert data["complete"] and data["sizes"] == transformer_step.load_sizes() and len(data["rows"]) == 2
+    assert transformer_step.main(argv) == 0
+    assert json.loads((tmp_path / "r.json.prev1").read_text()) == data
+    assert f"held an earlier run; kept as {out}.prev1" in capsys.readouterr().out
+
+
 def test_table_prints_a_results_file_and_refuses_another(tmp_path, capsys):
     row = dict(path="triton", mode="compile", wall_ms=78.7, gpu_ms=77.5, kernels_per_step=461, error=None,
                category_ms=dict(norm=3.77, gemm=43.0, attention=19.2, optimizer=1.8, other=9.7))  # fmt: skip
@@ -107,3 +130,4 @@ def test_its_default_results_file_is_one_clean_removes(tmp_path):
     from rmsnorm_kernel.checks import clean
 
     assert clean.is_generated_file(tmp_path, transformer_step.DEFAULT_JSON.as_posix())
+    assert clean.is_generated_file(tmp_path, transformer_step.DEFAULT_JSON.as_posix() + ".prev2")  # an earlier run's

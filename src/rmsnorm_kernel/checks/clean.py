@@ -18,8 +18,10 @@ Generated, relative to that folder (``<name>`` is any run name, ``<k>``, ``<n>``
 - ``outputs/<command>.json``: a check command's report (``report.write_report``), for the commands of
   ``REPORT_COMMANDS``;
 - ``outputs/figures/<figure>.png`` for the figures of ``FIGURE_FILES`` (``figures.FIGURES``);
-- the files of the benchmark (``python -m benchmarks.benchmark``, outside the package):
-  ``outputs/benchmark.json`` and ``outputs/figures/benchmark.png`` (``BENCHMARK_FILES``);
+- the files of the benchmark and the step and residual-add measurements (``python -m benchmarks.<name>``,
+  outside the package): ``outputs/benchmark.json`` and ``outputs/figures/benchmark.png``,
+  ``outputs/{train_step,residual_add,transformer_step}.json``, each with an earlier run's file kept as
+  ``.json.prev<n>`` (``BENCHMARK_FILES``);
 - the files of the benchmark sweep (``python -m benchmarks.sweep``, outside the package): a run's
   ``outputs/benchmark-sweep.run.json`` (``.run.after<n>.json`` for a run with ``--skip-done``), its
   ``.tmp`` while being written and an earlier run's file kept as ``.json.prev<n>``; the merge's
@@ -98,11 +100,13 @@ REPORT_COMMANDS = (
 FIGURE_FILES = ("training_mse.png", "training_loss.png", "check_errors.png")
 #: The benchmark's files, by the names ``benchmarks.benchmark`` gives them (a test checks they agree).
 BENCHMARK_FILES = (
-    r"outputs/benchmark\.json",
+    r"outputs/benchmark\.json(?:\.prev\d+)?",
     r"outputs/figures/benchmark\.png",
-    r"outputs/train_step\.(?:json|tmp)",  # .tmp: a write that an interruption stopped (common.write_json)
-    r"outputs/residual_add\.(?:json|tmp)",
-    r"outputs/transformer_step\.(?:json|tmp)",
+    # .tmp: a write that an interruption stopped (common.write_json); .json.prev<n>: an earlier run's
+    # results, kept when the command ran again (common.keep_earlier_run)
+    r"outputs/train_step\.(?:json|tmp|json\.prev\d+)",
+    r"outputs/residual_add\.(?:json|tmp|json\.prev\d+)",
+    r"outputs/transformer_step\.(?:json|tmp|json\.prev\d+)",
 )
 #: The benchmark sweep's files, by the names ``benchmarks.sweep`` gives them (a test checks they agree).
 SWEEP_FILES = (

@@ -100,10 +100,15 @@ def outputs_problem(outputs: Path) -> str | None:
     return None
 
 
+def report_path(outputs: Path, command: str) -> Path:
+    """Where ``write_report`` writes the report of ``command``: ``<outputs>/<command>.json``."""
+    return outputs / f"{command}.json"
+
+
 def write_report(outputs: Path, command: str, ok: bool, body: dict) -> Path:
-    """``<outputs>/<command>.json`` with what every report carries, then ``body``."""
+    """``<outputs>/<command>.json`` (``report_path``) with what every report carries, then ``body``."""
     outputs.mkdir(parents=True, exist_ok=True)
-    path = outputs / f"{command}.json"
+    path = report_path(outputs, command)
     report = {
         "command": command,
         "ok": ok,
