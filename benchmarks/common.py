@@ -85,7 +85,11 @@ def write_json(path: Path, data) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(plain(data), indent=1, allow_nan=False) + "\n")
+    try:
+        tmp.write_text(json.dumps(plain(data), indent=1, allow_nan=False) + "\n")
+    except OSError:  # a full disk: no half file left, and the file at ``path`` as it was
+        tmp.unlink(missing_ok=True)
+        raise
     tmp.replace(path)
     return path
 

@@ -1,5 +1,6 @@
 """What the measurements share: their command lines and their JSON files."""
 
+import errno
 import json
 import math
 from dataclasses import dataclass
@@ -67,3 +68,18 @@ def test_an_earlier_run_s_file_is_kept_under_a_free_name_and_said_so(tmp_path, c
         f"cmd: {path} held an earlier run; kept as {path}.prev2",
     ]
     keep_earlier_run("cmd", None)  # a command asked to write no file
+
+
+def test_a_write_the_disk_refuses_leaves_the_earlier_file_and_no_half_one(tmp_path, monkeypatch):
+    path = write_json(tmp_path / "x.json", {"a": 1})
+    real = Path.write_text
+
+    def full(self, text, *args, **kwargs):
+        real(self, text[:3], *args, **kwargs)  # part of it reached the disk
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError, match="No space left"):
+        write_json(path, {"b": 2})
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == ["x.json"] and json.loads(path.read_text()) == {"a": 1}

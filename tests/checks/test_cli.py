@@ -1,6 +1,7 @@
 """``python -m rmsnorm_kernel <command>``: each command's success, a failure that exits 1, and usage
 problems that exit 2. In-process through ``main``, except the tests whose subject is the process."""
 
+import errno
 import signal
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import torch
 
 from rmsnorm_kernel import rmsnorm
 from rmsnorm_kernel.checks import campaigns, compile_report, exercise, gradients, negative, profile
-from rmsnorm_kernel.checks.cli import main
+from rmsnorm_kernel.checks.cli import main, run_interruptible
 from rmsnorm_kernel.ops.reference import rmsnorm_reference
 from rmsnorm_kernel.testing import Violation, forward_block_mean
 from tests.helpers import interrupt_process
@@ -383,3 +384,27 @@ def test_a_signal_to_a_running_command_ends_it_in_one_line(command, sig, status,
     assert rc == status, (out, err)
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == f"rmsnorm-kernel {command}: stopped by {sig}; exit status {status}"
+
+
+@pytest.mark.parametrize(
+    "error, line",
+    [
+        (OSError(errno.ENOSPC, "No space left on device", "out/r.json"), "disk full: No space left on device"),
+        (OSError(errno.EROFS, "Read-only file system", "out/r.json"), "write failed: Read-only file system"),
+    ],
+)
+def test_a_write_the_disk_refuses_ends_a_command_in_one_line_with_exit_1(error, line, capsys):
+    def body():
+        raise error
+
+    assert run_interruptible("cmd", body) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"cmd: {line}, writing out/r.json; exit status 1"]
+
+
+def test_any_other_os_error_is_not_taken_for_a_refused_write():
+    def body():
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "missing.json")
+
+    with pytest.raises(FileNotFoundError):
+        run_interruptible("cmd", body)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
+import os
 import signal
 import sys
 import threading
@@ -21,7 +23,7 @@ from ..ops.backend import backend, kernel_device_type
 from ..ops.contract import MAX_N
 from ..ops.tolerances import TOLERANCES
 from . import campaigns, checkpoint_audit, compile_report, environment, exercise, figures, gradients, negative, profile
-from .report import cell, digits, dtype_name, format_table, outputs_problem, verdict, write_report
+from .report import WRITE_ERRNOS, cell, digits, dtype_name, format_table, outputs_problem, verdict, write_report
 
 #: The check commands whose reports the figures read, with the campaign each runs.
 CAMPAIGN_COMMANDS = {
@@ -93,7 +95,9 @@ def interrupt_status(exc: BaseException) -> tuple[str, int]:
 def run_interruptible(prog: str, body: Callable[[], int]) -> int:
     """``body()``'s exit status; Ctrl+C (SIGINT) or SIGTERM, whatever ``body`` is doing, ends it with one
     line on stderr and exit status 130 or 143. SIGTERM is turned into ``Terminated`` while ``body`` runs,
-    so its ``finally`` blocks and context managers run on the way out, as they do for Ctrl+C.
+    so its ``finally`` blocks and context managers run on the way out, as they do for Ctrl+C. A write the
+    disk refuses (``WRITE_ERRNOS``: a full disk, a read-only file system) ends it with one line and exit
+    status 1; files already written stay as they are.
 
     The one mechanism of every check command and of ``python -m benchmarks.*``. Python's own start-up
     (importing torch, before ``body`` runs) keeps the default behaviour."""
@@ -107,6 +111,13 @@ def run_interruptible(prog: str, body: Callable[[], int]) -> int:
         name, status = interrupt_status(exc)
         print(f"{prog}: stopped by {name}; exit status {status}", file=sys.stderr)
         return status
+    except OSError as exc:  # a full disk, say, while writing results: one line, not a traceback
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        cause = "disk full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "write failed"
+        where = exc.filename or "its output"
+        print(f"{prog}: {cause}: {os.strerror(exc.errno)}, writing {where}; exit status {FAILED}", file=sys.stderr)
+        return FAILED
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import errno
 import json
 import math
 import os
@@ -82,6 +83,10 @@ def jsonable(obj):
     if isinstance(obj, (torch.dtype, Path)):
         return str(obj)
     return obj
+
+
+#: The errors of a write that the disk or the file system refused.
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM})
 
 
 def outputs_problem(outputs: Path) -> str | None:

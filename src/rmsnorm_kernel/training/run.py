@@ -42,6 +42,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
+from ..checks.report import WRITE_ERRNOS
 from ..ops.backend import backend
 from ..ops.contract import ContractError
 from ..ops.tolerances import TOLERANCES
@@ -295,10 +296,6 @@ def check_precision(cfg: DictConfig) -> None:
 class OutputError(RuntimeError):
     """A file of the run could not be written (a full disk, an I/O error): the message names the cause,
     the file or folder, and the last good checkpoint."""
-
-
-#: The errors of a write that the disk or the file system refused.
-WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM}
 
 
 def write_failure(error: BaseException) -> OSError | None:
