@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import re
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -86,16 +89,33 @@ def write_layout(logger: TensorBoardLogger, loss_name: str) -> None:
         writer.add_summary(custom_scalars(layout(loss_name)))
 
 
+#: TensorBoard's event file name: ``events.out.tfevents.<seconds>.<host>.<pid>.<n>``, then any suffix.
+EVENT_FILE = re.compile(r"events\.out\.tfevents\.(?P<seconds>\d+)\..+\.\d+\.(?P<n>\d+)")
+
+
+def creation_order(name: str) -> tuple[int, int, str]:
+    """The sort key of an event file by its name: the second it was opened, then the process's count of
+    writers (``n``) as a number. TensorBoard sorts the names as text, where a run's ``.10`` comes before
+    its ``.9`` opened in the same second."""
+    m = EVENT_FILE.match(name)
+    return (int(m["seconds"]), int(m["n"]), name) if m else (0, 0, name)
+
+
 def read_scalars(log_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar of a TensorBoard run directory: tag -> [(step, value), ...] in step order.
 
     TensorBoard's ``EventAccumulator`` purges orphaned data (its default): when a resumed run's events
     restart at an earlier step, the interrupted process's values from that step on are dropped, so each
-    step keeps one value.
+    step keeps one value. That needs the files read in the order they were written (``creation_order``):
+    the accumulator reads links to them, named in that order.
     """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     logging.getLogger("tensorboard").setLevel(logging.WARNING)  # one INFO line per event file otherwise
-    acc = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})  # 0: keep every point
-    acc.Reload()
+    files = sorted((f for f in Path(log_dir).iterdir() if "tfevents" in f.name), key=lambda f: creation_order(f.name))
+    with tempfile.TemporaryDirectory() as ordered:
+        for i, f in enumerate(files):
+            os.symlink(f.resolve(), Path(ordered) / f"events.out.tfevents.{i:08d}")
+        acc = EventAccumulator(ordered, size_guidance={"scalars": 0})  # 0: keep every point
+        acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
