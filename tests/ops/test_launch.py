@@ -196,6 +196,23 @@ def test_a_residual_takes_one_pass_over_wide_rows_that_are_mostly_data(n, residu
     }
 
 
+@pytest.mark.parametrize("n, chunk", [(10240, 4096), (11264, 4096), (12288, 4096), (9216, 1024), (13312, 2048)])
+def test_rows_past_the_row_limit_take_wide_chunks_where_the_last_is_at_least_half_data(n, chunk):
+    """Fewer, longer steps along a wide row, unless the last chunk would be mostly padding (9216 = 2
+    chunks of 4096 and a quarter of one): there the chunk follows the warps, as below the limit."""
+    p = launch.plan(20000, n, launch.H200, None, 2, 2)
+    assert (p.fwd_branch, p.block_n) == ("chunks", chunk), p
+
+
+@pytest.mark.parametrize("n", [512, 1024, 2048, 4096])
+def test_a_residual_gives_whole_row_tiles_at_least_four_warps_and_the_same_rows(n):
+    plain = launch.plan(20000, n, launch.H200, None, 2, 2)
+    residual = launch.plan(20000, n, launch.H200, None, 2, 2, True)
+    assert plain.fwd_branch == residual.fwd_branch == "whole_rows"
+    assert residual.fwd_block_m == plain.fwd_block_m and residual.fwd_warps == max(4, plain.fwd_warps)
+    assert plain.fwd_warps < 4  # so the residual changed them
+
+
 def test_plan_for_plans_cpu_tensors_for_the_interpreter_record():
     x, gamma, _ = make_inputs((5, 3000), torch.bfloat16, "cpu")
     assert launch.gpu_for(x) is launch.INTERPRETER
@@ -231,6 +248,8 @@ BRANCH_CASES = [
     Case("fwd", "chunks", "H200", (5, 3072), BF16),  # whole chunks
     Case("fwd", "chunks", "H200", (5, 3000), BF16),  # a partial last chunk
     Case("fwd", "chunks", "H200", (2, 9216), BF16, F32),  # past ROW_LIMIT
+    Case("fwd", "chunks", "H200", (2, 12288), BF16),  # past ROW_LIMIT, whole chunks of WIDE_FWD_CHUNK
+    Case("fwd", "chunks", "H200", (2, 10240), F16),  # past ROW_LIMIT, a last chunk half data
     Case("fwd", "quarter_chunks", "H200", (2, 16384), BF16),
     Case("fwd", "quarter_chunks", "small", (2, 9216), BF16),  # rows in flight too many for its L2
     Case("fwd", "whole_rows", "H200", (17, 1000), BF16),

@@ -41,6 +41,8 @@ MAX_ROWS_PER_TILE = 16
 FWD_LANES_PER_THREAD = 64
 NARROW_FWD_LANES_PER_THREAD = 16
 WIDE_TILE_ROW_LANES = 512
+# With a residual a lane loads two elements and stores two: at least this many warps a tile
+RESIDUAL_MIN_WARPS = 4
 UNALIGNED_FWD_PROGRAMS_PER_SM = 2
 UNALIGNED_FWD_STAGES = 2
 TWO_PASS_ROW_BYTES = 16 * 1024
@@ -48,6 +50,9 @@ TWO_PASS_WARPS = 8
 L2_SHARE = 0.4
 CHUNKED_FWD_WARPS = (4, 8, 16)
 CHUNK_ELEMENTS_PER_THREAD = 4
+# Rows past ROW_LIMIT take chunks of this many lanes whatever the warps (fewer, longer steps along the
+# row) where the last chunk is at least half data
+WIDE_FWD_CHUNK = 4096
 LOOP_FWD_MAX_CHUNK = 32768
 PADDED_LOOP_FWD_MAX_CHUNK = 8192
 # With a residual, rows past ROW_LIMIT of up to this many lanes, mostly data (N > 3/4 of the lanes), take
@@ -206,7 +211,7 @@ def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, residual: bool
         chunk, warps = looped_forward_chunk(n)
         return dict(fwd_branch="quarter_chunks", looped=True, block_n=chunk, fwd_warps=warps, **two_pass)
     # Whole rows: all that is left, including rows that ``chunked_forward`` refuses on a GPU of small L2.
-    block_m, warps = whole_row_tile(block_n, aligned)
+    block_m, warps = whole_row_tile(block_n, aligned, residual)
     tiles = triton.cdiv(rows, block_m)
     whole = dict(looped=False, fwd_two_pass=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps)
     if aligned:
@@ -224,10 +229,15 @@ def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, residual: bool
 def chunked_forward(n: int, x_bytes: int, gpu: Gpu) -> tuple[int, int] | None:
     """(chunk, warps) of the two-pass forward: the fewest of ``CHUNKED_FWD_WARPS`` that keep the rows in
     flight (one per program a multiprocessor holds) within ``L2_SHARE`` of L2, so that the second pass
-    reads the row from L2; None when none does."""
+    reads the row from L2; None when none does. Chunks of ``CHUNK_ELEMENTS_PER_THREAD`` lanes a thread,
+    or ``WIDE_FWD_CHUNK`` lanes for rows wider than ``ROW_LIMIT`` whose last such chunk is at least half
+    data (N = 10240, 11264, 12288, 20480; not 9216 or 13312)."""
     for warps in CHUNKED_FWD_WARPS:
         programs_per_sm = gpu.threads_per_sm // (32 * warps)
         if programs_per_sm * gpu.sms * n * x_bytes <= L2_SHARE * gpu.l2_bytes:
+            last = n % WIDE_FWD_CHUNK
+            if n > ROW_LIMIT and (last == 0 or 2 * last >= WIDE_FWD_CHUNK):
+                return WIDE_FWD_CHUNK, warps
             return CHUNK_ELEMENTS_PER_THREAD * 32 * warps, warps
     return None
 
@@ -245,15 +255,17 @@ def looped_forward_chunk(n: int) -> tuple[int, int]:
     return chunk, 16 if block_n <= 16384 else 32
 
 
-def whole_row_tile(block_n: int, aligned: bool = True) -> tuple[int, int]:
+def whole_row_tile(block_n: int, aligned: bool = True, residual: bool = False) -> tuple[int, int]:
     """(rows per tile, warps) of the whole-row forward for rows of BLOCK_N lanes: about
     ``TILE_ELEMENTS`` lanes a tile, at most ``MAX_ROWS_PER_TILE`` rows; ``FWD_LANES_PER_THREAD`` lanes a
     thread for rows of at least ``WIDE_TILE_ROW_LANES`` read in 16-byte vectors (``aligned``), which keeps
-    more rows in flight per warp, ``NARROW_FWD_LANES_PER_THREAD`` otherwise."""
+    more rows in flight per warp, ``NARROW_FWD_LANES_PER_THREAD`` otherwise; with a ``residual``, at least
+    ``RESIDUAL_MIN_WARPS`` for aligned rows of at least ``WIDE_TILE_ROW_LANES``."""
     block_m = max(1, min(MAX_ROWS_PER_TILE, TILE_ELEMENTS // block_n))
     wide = aligned and block_n >= WIDE_TILE_ROW_LANES
     lanes = FWD_LANES_PER_THREAD if wide else NARROW_FWD_LANES_PER_THREAD
-    return block_m, max(1, min(8, block_m * block_n // (32 * lanes)))
+    warps = max(1, min(8, block_m * block_n // (32 * lanes)))
+    return block_m, max(warps, RESIDUAL_MIN_WARPS) if residual and wide else warps
 
 
 def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> dict:
