@@ -7,7 +7,8 @@ Implementations (each checked against the float64 oracle of its numerics, and ti
 says; a result off the oracle is marked in the table):
 
 - ``triton``: this package's fused kernels;
-- ``compile``: ``torch.compile`` of ``h = x + r; y = F.rms_norm(h, ...)``, which Inductor fuses;
+- ``compile``: ``torch.compile`` of ``h = x + r; y = F.rms_norm(h, ...)``, which Inductor fuses, compiled
+  for each shape;
 - ``eager``: the same two ops without compiling, the unfused floor;
 - ``liger``: Liger-Kernel's ``LigerFusedAddRMSNormFunction`` (its default ``casting_mode="llama"``, so it is
   checked against the llama-mode oracle), where ``liger_kernel`` imports.
@@ -60,10 +61,14 @@ def _add_then_norm(x: torch.Tensor, r: torch.Tensor, g: torch.Tensor) -> tuple[t
 
 
 def implementations() -> dict[str, tuple[AddNorm, str]]:
-    """{name: (fn(x, r, gamma) -> (y, h), the numerics mode its oracle uses)}."""
+    """{name: (fn(x, r, gamma) -> (y, h), the numerics mode its oracle uses)}. Called once per shape:
+    ``compile`` is compiled afresh each time, for that shape alone (``dynamic=False`` after
+    ``torch.compiler.reset()``), as a model of fixed shapes is; otherwise the second shape would recompile
+    it with dynamic sizes, whose kernels are slower."""
+    torch.compiler.reset()
     impls: dict[str, tuple[AddNorm, str]] = {
         "triton": (lambda x, r, g: rmsnorm(x, g, EPS, residual=r), "torch"),
-        "compile": (torch.compile(_add_then_norm), "torch"),
+        "compile": (torch.compile(_add_then_norm, dynamic=False), "torch"),
         "eager": (_add_then_norm, "torch"),
     }
     try:
