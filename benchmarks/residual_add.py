@@ -19,7 +19,7 @@ call cannot be captured), and the whole call, host work included, by CUDA events
 calls. At x of 128 MiB a forward + backward is a few hundred microseconds of GPU work, about what the
 host takes to issue it through autograd, so the two differ.
 
-    python -m benchmarks.residual_add [--json outputs/residual_add.json] [--table JSON]
+    python -m benchmarks.residual_add [--json outputs/residual_add.json] [--repeats K] [--table JSON]
 
 Needs a CUDA GPU to measure: without one it exits 2. Exits 1 when this package's results miss the oracle
 (a peer's miss is reported, not failed). ``--table`` prints a results file as a Markdown table
@@ -29,6 +29,7 @@ and needs none.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -42,7 +43,7 @@ from rmsnorm_kernel.ops.reference import add_oracle
 from rmsnorm_kernel.ops.tolerances import compare, tolerance_dtype
 from rmsnorm_kernel.testing import make_inputs
 
-from .common import OneLineParser, file_problem, keep_earlier_run, run_interruptible, write_json
+from .common import OneLineParser, at_least, file_problem, keep_earlier_run, run_interruptible, write_json
 from .impls import EPS, versions
 
 #: (rows, N) in bfloat16: x of 128 MiB at every N of the sweep's activation regime, and of 256 MiB at 4096.
@@ -113,20 +114,40 @@ def _first(problems: list[str | None]) -> str | None:
     return next((p for p in problems if p is not None), None)
 
 
-def measure(shape, device: str, timer: Callable[[Callable[[], object]], dict]) -> list[dict]:
+def measure(shape, device: str, timer: Callable[[Callable[[], object]], dict], repeats: int = 1) -> list[dict]:
     """One row per implementation and direction at ``shape``: the times ``timer`` gives (``gpu_ms``, and
     whatever else it measures), and the check (the times are taken either way: a peer that misses a
-    tolerance is still what a user would run)."""
+    tolerance is still what a user would run). With ``repeats`` > 1 every implementation is timed that
+    many times, in rounds that visit each once, so that drift hits them alike; a row holds the median of
+    each time and, as ``gpu_ms_samples``, every GPU time."""
     x, g, dy = make_inputs(shape, DTYPE, device)
     r, _, dh = make_inputs(shape, DTYPE, device, seed=1)
-    rows = []
+    prepared = []
     for name, (fn, mode) in implementations().items():
-        problems = check(fn, mode, x, r, g, dy, dh)
-        calls = make_calls(fn, x, r, g, dy, dh)
+        prepared.append((name, check(fn, mode, x, r, g, dy, dh), make_calls(fn, x, r, g, dy, dh)))
+    samples: dict[tuple[str, str], list[dict]] = {(name, d): [] for name, _, _ in prepared for d in DIRECTIONS}
+    for _ in range(repeats):
+        for name, _, calls in prepared:
+            for direction in DIRECTIONS:
+                samples[(name, direction)].append(timer(calls[direction]))
+    rows = []
+    for name, problems, _ in prepared:
         for direction in DIRECTIONS:
             row = dict(shape=list(shape), impl=name, direction=direction, problem=problems[direction])
-            rows.append(row | timer(calls[direction]))
+            rows.append(row | _medians(samples[(name, direction)]))
     return rows
+
+
+def _medians(samples: list[dict]) -> dict:
+    """The first sample's keys, numbers replaced by their median over the samples; with more than one
+    sample, ``gpu_ms_samples`` too."""
+    out = {}
+    for key, value in samples[0].items():
+        numbers = [s[key] for s in samples]
+        out[key] = statistics.median(numbers) if isinstance(value, (int, float)) and None not in numbers else value
+    if len(samples) > 1:
+        out["gpu_ms_samples"] = [s["gpu_ms"] for s in samples]
+    return out
 
 
 def table(data: dict) -> str:
@@ -159,6 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m benchmarks.residual_add", description=__doc__.strip().split("\n")[0])
     parser.add_argument("--json", type=Path, default=Path(DEFAULT_JSON), help=f"results file (default {DEFAULT_JSON})")
     parser.add_argument("--table", type=Path, default=None, help="print a results file as a Markdown table; no GPU")
+    parser.add_argument(
+        "--repeats",
+        type=at_least(1),
+        default=1,
+        help="time every implementation this many times, in rounds, and report the medians (default 1)",
+    )
     args = parser.parse_args(argv)
     return run_interruptible("residual_add", lambda: run(args))
 
@@ -193,10 +220,13 @@ def run(args) -> int:
 
     rows = []
     for shape in SHAPES:
-        rows += measure(shape, "cuda", timer)
+        rows += measure(shape, "cuda", timer, args.repeats)
         print(f"{shape[0]} x {shape[1]} done", flush=True)
     data = dict(device=torch.cuda.get_device_name(), **versions(), dtype=str(DTYPE).removeprefix("torch."))
-    data.update(timing="gpu_ms: CUDA-graph replays (sweep.measure.CudaTimers); whole_ms: CUDA events", rows=rows)
+    timing = "gpu_ms: CUDA-graph replays (sweep.measure.CudaTimers); whole_ms: CUDA events"
+    if args.repeats > 1:
+        timing += f"; medians of {args.repeats} rounds"
+    data.update(timing=timing, rows=rows)
     print(table(data))
     keep_earlier_run("residual_add", args.json)
     print(f"wrote {write_json(args.json, data)}")

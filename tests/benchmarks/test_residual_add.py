@@ -18,6 +18,30 @@ def test_every_implementation_passes_its_check_and_is_timed_in_both_directions(d
     assert {"triton", "compile", "eager"} <= set(impls) and len(timed) == len(rows)
 
 
+def test_repeats_time_every_implementation_in_rounds_and_keep_the_medians(device):
+    """Round r times every implementation once before round r + 1 starts; a row holds the median."""
+    order = []
+
+    def timer(fn):
+        order.append(fn)
+        return {"gpu_ms": float(len(order)), "gpu_method": "fake"}  # 1, 2, 3, ... in call order
+
+    rows = residual_add.measure((4, 64), device, timer, repeats=3)
+    per_round = len(rows)
+    assert len(order) == 3 * per_round and order[:per_round] == order[per_round : 2 * per_round]
+    for i, row in enumerate(rows):
+        times = [1.0 + i + k * per_round for k in range(3)]  # this row's call in each round
+        assert row["gpu_ms_samples"] == times and row["gpu_ms"] == times[1] and row["gpu_method"] == "fake"
+
+
+def test_repeats_below_one_are_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        residual_add.main(["--repeats", "0"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--repeats" in err[0] and "1 or more" in err[0]
+
+
 def test_an_implementation_off_the_oracle_is_named_and_still_timed(device, monkeypatch):
     real = residual_add.implementations
 
