@@ -48,7 +48,7 @@ from rmsnorm_kernel.testing import make_inputs
 
 from .common import OneLineParser, at_least, keep_earlier_run, run_interruptible
 from .figures import FIGURE, benchmark_figure
-from .impls import DTYPES, EPS, IMPLS, LIGER_SETTINGS, MODES, ForwardFn, make_impl, parse_impls, versions
+from .impls import DTYPES, EPS, IMPLS, LIGER_SETTINGS, MODES, ForwardFn, make_impl, parse_impls, versions, without_gpu
 from .rows import Result, mark_winners, measure_row
 from .timing import Timer, copy_ceiling, cuda_timer, no_timer
 
@@ -218,7 +218,6 @@ def build_parser() -> OneLineParser:
 
 
 def _cpu_smoke(impls: list[str], args) -> int:
-    impls = [i for i in impls if i not in ("compile", "liger")]
     results = run_benchmark(CPU_SMOKE_SHAPES, impls, "cpu", no_timer, None)
     path = write(args.outputs, False, platform.processor() or "cpu", None, results, args)
     print(f"\nwrote {path}\n{draw_figure(path, args.outputs)}\n")
@@ -238,6 +237,11 @@ def run(args) -> int:
         print(f"benchmark: {problem}", file=sys.stderr)
         return 2
     if backend() != CUDA:
+        try:
+            impls = impls if args.require_gpu else without_gpu(impls)
+        except ValueError as e:
+            print(f"benchmark: {e}", file=sys.stderr)
+            return 2
         print("benchmark: no CUDA GPU here, so nothing can be timed (timings need a CUDA GPU).", file=sys.stderr)
         if args.require_gpu:
             return 2

@@ -32,6 +32,7 @@ __all__ = [
     "print_table",
     "read_results",
     "write_json",
+    "write_whole",
 ]
 
 
@@ -80,17 +81,23 @@ def plain(obj):
 
 
 def write_json(path: Path, data) -> Path:
-    """``data`` (see ``plain``) as JSON at ``path``, written whole or not at all: to ``<path>.tmp``, then
-    renamed over ``path``, so that a reader or an interrupted run never meets half a file."""
+    """``data`` (see ``plain``) as JSON at ``path``, written whole or not at all (``write_whole``)."""
+    return write_whole(path, json.dumps(plain(data), indent=1, allow_nan=False) + "\n")
+
+
+def write_whole(path: Path, text: str) -> Path:
+    """``text`` at ``path``, written whole or not at all: to ``<path>.tmp``, then renamed over ``path``, so
+    that a reader or an interrupted run never meets half a file. A write or a rename that fails (a full
+    disk, a folder where the file goes) leaves no ``.tmp`` behind and the file at ``path`` as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     try:
-        tmp.write_text(json.dumps(plain(data), indent=1, allow_nan=False) + "\n")
-    except OSError:  # a full disk: no half file left, and the file at ``path`` as it was
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError:
         tmp.unlink(missing_ok=True)
         raise
-    tmp.replace(path)
     return path
 
 

@@ -30,6 +30,8 @@ MODES = (FWD, FWD_BWD)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 IMPLS = ("triton", "reference", "F.rms_norm", "compile", "liger", "seed")
+#: The implementations that run only on a CUDA GPU: a run without one leaves them out.
+GPU_ONLY = ("compile", "liger")
 #: Liger-Kernel's own defaults, used as they are: the comparison is against what users already have.
 LIGER_SETTINGS = {"offset": 0.0, "casting_mode": "llama", "in_place": True}
 
@@ -44,6 +46,17 @@ def _liger_fn() -> ForwardFn | None:
     s = LIGER_SETTINGS
     # apply(X, W, eps, offset, casting_mode, in_place): positional, as autograd.Function.apply takes them.
     return lambda x, g: LigerRMSNormFunction.apply(x, g, EPS, s["offset"], s["casting_mode"], s["in_place"])
+
+
+def without_gpu(impls: list[str]) -> list[str]:
+    """``impls`` less those of ``GPU_ONLY``; ValueError with a one-line reason when that leaves none."""
+    left = [i for i in impls if i not in GPU_ONLY]
+    if not left:
+        runnable = ",".join(i for i in IMPLS if i not in GPU_ONLY)
+        raise ValueError(
+            f"--impls {','.join(impls)}: none of them runs without a CUDA GPU; accepted here: a subset of {runnable}"
+        )
+    return left
 
 
 def liger_version() -> str | None:

@@ -24,15 +24,16 @@ beside the merged JSON:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..common import write_json
+from ..common import keep_earlier_run, write_json, write_whole
 from ..impls import FWD, FWD_BWD, MODES
-from .measure import best_ceilings
-from .points import REGIME_BYTES, definition_hash, sweep_points
+from .measure import Row, best_ceilings
+from .points import REGIME_BYTES, SHAPES, definition_hash, sweep_points
 
 TARGET_PCT = {FWD: 92.0, FWD_BWD: 85.0}
 TARGET_N_RANGE = (2048, 16384)
@@ -67,18 +68,46 @@ class MergeError(ValueError):
     """Run files that cannot be merged: unreadable, or from different sweeps."""
 
 
+#: What every row of a run's file holds: ``measure.Row``'s fields without a default.
+ROW_KEYS = tuple(f.name for f in dataclasses.fields(Row) if f.default is dataclasses.MISSING)
+
+
 def load_runs(paths: Iterable[Path]) -> list[dict]:
-    runs = []
+    """The run files at ``paths``, each with its path as ``"file"``; MergeError, in one line, for a file
+    that is not a run's file of the sweep (or is damaged), and for a run given twice (by the same path,
+    or as two copies: the same date, device and rows), which would count its rows as noise."""
+    runs, seen = [], {}
     for path in paths:
         try:
             data = json.loads(Path(path).read_text())
-            if data.get("kind") != RUN_KIND or not isinstance(data.get("rows"), list):
-                raise ValueError("not written by a run of the sweep")
+            _check_run(data)
+        except FileNotFoundError:
+            raise MergeError(f"{path} does not exist; accepted: a run's file of the sweep") from None
         except (OSError, ValueError, AttributeError) as exc:
-            raise MergeError(f"sweep merge: {path} is not a sweep run's file ({type(exc).__name__}: {exc})") from None
+            raise MergeError(f"{path} is not a sweep run's file ({type(exc).__name__}: {exc})") from None
+        identity = (data.get("date"), data.get("device"), json.dumps(data["rows"], sort_keys=True))
+        twin = seen.get(Path(path).resolve()) or seen.get(identity)
+        if twin is not None:
+            raise MergeError(f"{path} is the same run as {twin}; accepted: each run once")
+        seen[Path(path).resolve()] = seen[identity] = str(path)
         data["file"] = str(path)
         runs.append(data)
     return runs
+
+
+def _check_run(data) -> None:
+    """ValueError naming what makes ``data`` something other than a run's file of the sweep."""
+    if not isinstance(data, dict) or data.get("kind") != RUN_KIND or not isinstance(data.get("rows"), list):
+        raise ValueError("not written by a run of the sweep")
+    if data.get("shapes") not in SHAPES:
+        raise ValueError(f"its shapes {data.get('shapes')!r} are none of {', '.join(SHAPES)}")
+    for r in data["rows"]:
+        missing = [k for k in ROW_KEYS if not isinstance(r, dict) or k not in r]
+        if missing:
+            raise ValueError(f"a row lacks {', '.join(missing)}")
+    ceilings = data.get("ceilings", [])
+    if not isinstance(ceilings, list) or not all(isinstance(c, dict) and "regime" in c for c in ceilings):
+        raise ValueError("its ceilings are not a list of a regime's measurements")
 
 
 def group_of(row: dict) -> str:
@@ -92,11 +121,11 @@ def group_of(row: dict) -> str:
 
 def merge(runs: Sequence[dict]) -> dict:
     if not runs:
-        raise MergeError("sweep merge: no run files to merge")
+        raise MergeError("no run files to merge")
     sweeps = {(r.get("shapes"), r.get("definition")) for r in runs}
     if len(sweeps) > 1:
         raise MergeError(
-            "sweep merge: the files come from different sweeps: "
+            "the files come from different sweeps: "
             + "; ".join(f"{r['file']}: {r.get('shapes')} {r.get('definition')}" for r in runs)
         )
     shapes, definition = next(iter(sweeps))
@@ -578,11 +607,24 @@ def markdown(merged: dict, summary: dict | None = None) -> str:
 
 
 def write_merged(merged: dict, outputs: Path) -> tuple[Path, Path]:
-    """``benchmark-sweep.json`` (the merged rows with their summary) and ``benchmark-sweep.md`` in ``outputs``."""
+    """``benchmark-sweep.json`` (the merged rows with their summary) and ``benchmark-sweep.md`` in
+    ``outputs``; earlier ones there are kept as ``.prev<n>`` (``keep_earlier_run``)."""
     s = summarize(merged)
-    json_path = write_json(
-        Path(outputs) / MERGED_JSON, dict(merged, noise=s["noise"], worst=s["worst"], targets=s["targets"])
-    )
-    md_path = Path(outputs) / MERGED_MD
-    md_path.write_text(markdown(merged, s))
+    json_path, md_path = Path(outputs) / MERGED_JSON, Path(outputs) / MERGED_MD
+    for path in (json_path, md_path):
+        keep_earlier_run("sweep", path)
+    write_json(json_path, dict(merged, noise=s["noise"], worst=s["worst"], targets=s["targets"]))
+    write_whole(md_path, markdown(merged, s))
     return json_path, md_path
+
+
+def merged_paths_problem(outputs: Path) -> str | None:
+    """Why the merged files cannot be written in ``outputs`` (None when they can): a folder where one of
+    them goes, or a file where ``figures/`` goes."""
+    for name in (MERGED_JSON, MERGED_MD):
+        if (Path(outputs) / name).is_dir():
+            return f"--outputs {outputs} holds a folder {name} where a merged file goes; accepted: a folder without it"
+    figures = Path(outputs) / "figures"
+    if figures.exists() and not figures.is_dir():
+        return f"--outputs {outputs} holds a file named figures where the figures go; accepted: a folder without it"
+    return None

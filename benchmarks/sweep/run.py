@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
 import platform
+import shlex
 import signal
 import sys
 import threading
@@ -61,7 +63,7 @@ from ..common import (
     run_interruptible,
     write_json,
 )
-from ..impls import IMPLS, liger_version, make_impl, parse_impls
+from ..impls import IMPLS, liger_version, make_impl, parse_impls, without_gpu
 from ..timing import Timer, no_timer
 from . import figures, report
 from .measure import GPU_REP_MS, WHOLE_BUDGET_S, CudaTimers, Row, apply_ceilings, measure_ceiling, measure_point
@@ -204,8 +206,10 @@ def merge_files(paths: Sequence[Path], outputs: Path) -> int:
     merged = report.merge(report.load_runs(paths))
     json_path, md_path = report.write_merged(merged, outputs)
     (Path(outputs) / "figures").mkdir(exist_ok=True)
+    figure_path = Path(outputs) / "figures" / figures.FIGURE
+    keep_earlier_run("sweep", figure_path)
     try:
-        fig = figures.sweep_figure(json_path, Path(outputs) / "figures" / figures.FIGURE)
+        fig = figures.sweep_figure(json_path, figure_path)
     except Exception as exc:  # a drawing bug must not hide the merged results
         fig = FigureResult(figures.FIGURE, "failed", f"{type(exc).__name__}: {exc}")
     print(md_path.read_text())
@@ -301,13 +305,48 @@ def _usage(message: str) -> int:
     return 2
 
 
+def resume_command(args, path: Path) -> str:
+    """The command that measures what this run left: its own options, and ``--skip-done`` with its
+    earlier files and its own."""
+    words = ["python -m benchmarks.sweep", "--shapes", args.shapes, "--outputs", str(args.outputs)]
+    if list(args.impls) != list(IMPLS):
+        words += ["--impls", ",".join(args.impls)]
+    if list(args.origins) != list(ORIGINS):
+        words += ["--origins", ",".join(args.origins)]
+    if args.no_noise:
+        words.append("--no-noise")
+    if args.whole_ms != WHOLE_BUDGET_S * 1e3:
+        words += ["--whole-ms", f"{args.whole_ms:g}"]
+    if args.rep_ms != GPU_REP_MS:
+        words += ["--rep-ms", str(args.rep_ms)]
+    if args.require_gpu:
+        words.append("--require-gpu")
+    words += ["--skip-done", *map(str, [*args.skip_done, path])]
+    return " ".join(shlex.quote(w) if w != words[0] else w for w in words)
+
+
+def _by_date(paths: list[Path]) -> list[Path]:
+    """Run files in the order their runs started (a file without a readable date keeps its place among
+    the names, and ``report.load_runs`` says what is wrong with it)."""
+
+    def started(path: Path) -> str:
+        try:
+            return str(json.loads(path.read_text()).get("date") or "")
+        except (OSError, ValueError, AttributeError):
+            return ""
+
+    return sorted(paths, key=started)
+
+
 def run(args) -> int:
     """The command on parsed arguments; every argument and file is checked before any work."""
-    problem = None if args.plan else outputs_problem(args.outputs)
+    if args.plan and args.merge is not None:
+        return _usage("--plan and --merge together: --plan writes nothing, --merge writes; accepted: one of them")
+    problem = None if args.plan else outputs_problem(args.outputs) or report.merged_paths_problem(args.outputs)
     if problem is not None:
         return _usage(problem)
     if args.merge is not None:
-        paths = list(args.merge) or sorted(Path(args.outputs).glob(f"{RUN_STEM}*.json"))
+        paths = list(args.merge) or _by_date(sorted(Path(args.outputs).glob(f"{RUN_STEM}*.json")))
         if not paths:
             return _usage(f"--merge: no run files given and none in {args.outputs} ({RUN_STEM}*.json)")
         try:
@@ -321,19 +360,29 @@ def run(args) -> int:
         earlier, done = read_done(args.skip_done, args.shapes, definition)
     except UsageError as exc:
         return _usage(str(exc))
+    if not args.plan and any(Path(p).resolve() == run_path(args.outputs, len(done)).resolve() for p in args.skip_done):
+        return _usage(
+            f"--skip-done {run_path(args.outputs, len(done))} is the file this run would write (after the same "
+            f"{len(done)} points); accepted: another --outputs, or the file moved elsewhere first"
+        )
     todo = [pt for pt in points if pt.id not in done and (pt.origin in args.origins or args.shapes == "tiny")]
     repeats = [] if args.no_noise else noise_points(points, args.shapes)
     if args.plan:  # what a GPU run would do; nothing runs, on any machine
         print_plan(points, todo, repeats, impls, len(done))
         return 0
     cuda = backend() == CUDA
-    if not cuda and (args.shapes != "tiny" or args.require_gpu):
+    if not cuda and args.require_gpu:
+        return _usage("--require-gpu: no CUDA GPU here")
+    if not cuda and args.shapes != "tiny":
         return _usage(
-            "no CUDA GPU here, so nothing can be timed; without one only --shapes tiny runs (correctness only)"
-            + ("" if args.shapes == "tiny" else f", not --shapes {args.shapes}")
+            "no CUDA GPU here, so nothing can be timed; without one only --shapes tiny runs (correctness only), "
+            f"not --shapes {args.shapes}"
         )
     if not cuda:
-        impls = [i for i in impls if i not in ("compile", "liger")]
+        try:
+            impls = without_gpu(impls)
+        except ValueError as exc:
+            return _usage(str(exc))
         print("sweep: no CUDA GPU: correctness only, through Triton's interpreter; nothing is timed.", file=sys.stderr)
     print_plan(points, todo, repeats, impls, len(done))
     device = "cuda" if cuda else "cpu"
@@ -373,10 +422,10 @@ def run(args) -> int:
             stop=stop,
         )
     print(f"\nwrote {path}")
-    if stop():
+    if stop() and remaining:
         print(
             f"sweep: stopped by {stop()}; {path} holds every point measured before it; "
-            f"run the {len(remaining)} point(s) left with: --skip-done {' '.join(map(str, [*args.skip_done, path]))}",
+            f"run the {len(remaining)} point(s) left with: {resume_command(args, path)}",
             file=sys.stderr,
         )
         return 128 + getattr(signal, stop()).value
@@ -387,6 +436,9 @@ def run(args) -> int:
     for r in untimed:
         print(f"no timing at {r.point} {r.mode} {r.impl}: {r.gpu_note}")
     merge_files([*(run["file"] for run in earlier), path], args.outputs)
+    if stop():  # during the noise repeats, every point measured: merged, and stopped as asked
+        print(f"sweep: stopped by {stop()} in the noise repeats; every point was measured and merged", file=sys.stderr)
+        return 128 + getattr(signal, stop()).value
     return 1 if wrong or untimed else 0
 
 

@@ -178,6 +178,18 @@ def test_without_a_gpu_the_command_runs_a_correctness_smoke(tmp_path, capsys):
     assert f"kept as {tmp_path / 'benchmark.json.prev1'}" in capsys.readouterr().out
 
 
+@no_gpu_only
+def test_without_a_gpu_impls_that_all_need_one_are_refused_and_keep_the_earlier_results(tmp_path, capsys):
+    (tmp_path / "benchmark.json").write_text("an earlier run")
+    assert bm.main(["--outputs", str(tmp_path), "--impls", "compile,liger"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "benchmark: --impls compile,liger: none of them runs without a CUDA GPU; "
+        "accepted here: a subset of triton,reference,F.rms_norm,seed"
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == ["benchmark.json"]
+    assert (tmp_path / "benchmark.json").read_text() == "an earlier run"
+
+
 @pytest.mark.parametrize(
     "argv, words",
     [

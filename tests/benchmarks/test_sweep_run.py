@@ -4,8 +4,10 @@ The runs here use ``--shapes tiny`` through Triton's interpreter, which is what 
 a GPU, or fake measurements; nothing is timed.
 """
 
+import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -129,6 +131,143 @@ def test_skip_done_runs_only_what_an_earlier_run_left_and_merges_both(tmp_path, 
     assert merged["missing"] == []
 
 
+def test_the_line_a_stopped_run_prints_resumes_it_with_its_own_options(tmp_path):
+    """Its options, and --skip-done with the earlier files and its own: parsed again, the same run."""
+    argv = ["--shapes", "tiny", "--outputs", tmp_path / "my out", "--impls", "triton,seed", "--no-noise"]
+    argv += ["--origins", "narrow,batch", "--rep-ms", "7", "--skip-done", tmp_path / "a.json"]
+    args = sweep.build_parser().parse_args([str(a) for a in argv])
+    path = sweep.run_path(args.outputs, 2)
+    line = sweep.resume_command(args, path)
+    assert line.startswith("python -m benchmarks.sweep ")
+    again = sweep.build_parser().parse_args(shlex.split(line)[3:])
+    assert again.skip_done == [tmp_path / "a.json", path]
+    assert vars(again) == dict(vars(args), skip_done=again.skip_done)
+
+
+def test_a_run_that_would_write_over_its_own_skip_done_file_is_refused(tmp_path, capsys):
+    """All points done already: the run would write after<4>.json, which is one of its inputs."""
+    done = tmp_path / "benchmark-sweep.run.after4.json"
+    write_json(done, sweep_run([r for p in TINY_IDS for r in tiny_rows(p)], shapes="tiny"))
+    before = done.read_bytes()
+    rc, out, err = run_main(capsys, "--shapes", "tiny", "--outputs", tmp_path, "--skip-done", done)
+    assert rc == 2 and err.strip().splitlines() == [
+        f"sweep: --skip-done {done} is the file this run would write (after the same 4 points); "
+        "accepted: another --outputs, or the file moved elsewhere first"
+    ]
+    assert done.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [done.name]
+
+
+@pytest.mark.parametrize("twice", ["path", "copy"])
+def test_a_run_merged_twice_is_refused_not_counted_as_noise(tmp_path, capsys, twice):
+    run = tmp_path / "a.json"
+    write_json(run, sweep_run(tiny_rows(TINY_IDS[0]), shapes="tiny"))
+    other = run if twice == "path" else tmp_path / "copy.json"
+    if twice == "copy":
+        other.write_bytes(run.read_bytes())
+    rc, _, err = run_main(capsys, "--merge", run, other, "--outputs", tmp_path / "out")
+    assert rc == 2 and err.strip().splitlines() == [
+        f"sweep: --merge: {other} is the same run as {run}; accepted: each run once"
+    ]
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (dict(rows=[1]), "a row lacks point, regime"),
+        (dict(rows=[{}]), "a row lacks point, regime"),
+        (dict(shapes="bogus"), "its shapes 'bogus' are none of sweep, tiny"),
+        (dict(ceilings="x"), "its ceilings are not a list"),
+    ],
+    ids=["a number for a row", "an empty row", "unknown shapes", "ceilings not a list"],
+)
+def test_a_damaged_run_file_is_one_line_and_exit_2(tmp_path, capsys, change, words):
+    run = tmp_path / "a.json"
+    write_json(run, dict(sweep_run(tiny_rows(TINY_IDS[0]), shapes="tiny"), **change))
+    for option in ("--merge", "--skip-done"):
+        rc, _, err = run_main(capsys, "--shapes", "tiny", option, run, "--outputs", tmp_path / "out")
+        lines = err.strip().splitlines()
+        assert rc == 2 and len(lines) == 1 and f"{option}: {run} is not a sweep run's file" in lines[0], err
+        assert words in lines[0]
+
+
+@pytest.mark.parametrize("obstacle", ["benchmark-sweep.json/", "benchmark-sweep.md/", "figures"])
+def test_merging_where_a_merged_file_cannot_go_is_refused_before_writing(tmp_path, capsys, obstacle):
+    run = tmp_path / "a.json"
+    write_json(run, sweep_run(tiny_rows(TINY_IDS[0]), shapes="tiny"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / obstacle.rstrip("/")).mkdir() if obstacle.endswith("/") else (out / obstacle).write_text("")
+    rc, _, err = run_main(capsys, "--merge", run, "--outputs", out)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and f"--outputs {out} holds a" in lines[0], err
+    assert sorted(p.name for p in out.iterdir()) == [obstacle.rstrip("/")]
+
+
+def test_plan_and_merge_together_are_refused(tmp_path, capsys):
+    rc, _, err = run_main(capsys, "--plan", "--merge", "--outputs", tmp_path / "out")
+    assert rc == 2 and err.strip().splitlines() == [
+        "sweep: --plan and --merge together: --plan writes nothing, --merge writes; accepted: one of them"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_merging_again_keeps_the_earlier_merged_files(tmp_path, capsys):
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    write_json(first, sweep_run(tiny_rows(TINY_IDS[0]), shapes="tiny"))
+    write_json(second, sweep_run(tiny_rows(TINY_IDS[1]), shapes="tiny", date="2026-01-02T00:00:00+00:00"))
+    out = tmp_path / "out"
+    assert run_main(capsys, "--merge", first, second, "--outputs", out)[0] == 0
+    both = {name: (out / name).read_bytes() for name in (sr.MERGED_JSON, sr.MERGED_MD)}
+    assert run_main(capsys, "--merge", first, "--outputs", out)[0] == 0
+    for name, content in both.items():
+        assert (out / f"{name}.prev1").read_bytes() == content  # the earlier merge, kept
+        assert (out / name).read_bytes() != content
+    assert not list(out.glob("*.tmp"))
+
+
+def test_merge_by_default_takes_the_runs_in_the_order_they_started(tmp_path, capsys):
+    out = tmp_path / "out"
+    write_json(out / "benchmark-sweep.run.json", sweep_run(tiny_rows(TINY_IDS[0]), shapes="tiny"))
+    write_json(  # named after100: sorts first by name, though it started later
+        out / "benchmark-sweep.run.after100.json",
+        sweep_run(tiny_rows(TINY_IDS[1]), shapes="tiny", date="2026-01-02T00:00:00+00:00"),
+    )
+    assert run_main(capsys, "--merge", "--outputs", out)[0] == 0
+    merged = json.loads((out / sr.MERGED_JSON).read_text())
+    assert [r["file"] for r in merged["runs"]] == [
+        str(out / "benchmark-sweep.run.json"),
+        str(out / "benchmark-sweep.run.after100.json"),
+    ]
+
+
+@no_gpu_only
+def test_without_a_gpu_impls_that_all_need_one_are_refused(tmp_path, capsys):
+    rc, _, err = run_main(capsys, "--shapes", "tiny", "--impls", "compile,liger", "--outputs", tmp_path)
+    assert rc == 2 and err.strip().splitlines() == [
+        "sweep: --impls compile,liger: none of them runs without a CUDA GPU; "
+        "accepted here: a subset of triton,reference,F.rms_norm,seed"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+@no_gpu_only
+def test_stopped_in_the_noise_repeats_with_every_point_measured_it_merges(tmp_path, capsys, monkeypatch):
+    done = tmp_path / "done.json"
+    write_json(done, sweep_run([r for p in TINY_IDS for r in tiny_rows(p)], shapes="tiny"))
+
+    @contextlib.contextmanager
+    def stopped_at_once():
+        yield lambda: "SIGINT"
+
+    monkeypatch.setattr(sweep, "stop_on_signal", stopped_at_once)
+    rc, _, err = run_main(capsys, "--shapes", "tiny", "--skip-done", done, "--outputs", tmp_path / "out")
+    assert rc == 130 and err.strip().splitlines()[-1] == (
+        "sweep: stopped by SIGINT in the noise repeats; every point was measured and merged"
+    )
+    assert json.loads((tmp_path / "out" / sr.MERGED_JSON).read_text())["missing"] == []
+
+
 def _fake_points(monkeypatch, ok=True, timed=True):
     """The command as on a GPU, with every measurement faked: rows of the asked ok-ness and timing."""
     monkeypatch.setattr(sweep, "backend", lambda: CUDA)
@@ -190,10 +329,10 @@ def _bad_files(tmp_path):
         (["--rep-ms", "0"], "argument --rep-ms: 0 is too small"),
         (["--rep-ms", "ten"], "argument --rep-ms: 'ten' is not a number"),
         (["--shapes", "huge"], "argument --shapes: invalid choice"),
-        (["--skip-done", "{tmp}/absent.json"], "--skip-done: sweep merge: {tmp}/absent.json is not a sweep run's file"),
+        (["--skip-done", "{tmp}/absent.json"], "--skip-done: {tmp}/absent.json does not exist"),
         (["--skip-done", "{tmp}/not-a-run.json"], "not written by a run of the sweep"),
         (["--skip-done", "{tmp}/tiny-run.json"], "is a run of another sweep (tiny"),
-        (["--merge", "{tmp}/not-a-run.json"], "--merge: sweep merge: {tmp}/not-a-run.json is not a sweep run's file"),
+        (["--merge", "{tmp}/not-a-run.json"], "--merge: {tmp}/not-a-run.json is not a sweep run's file"),
         (["--merge"], "--merge: no run files given and none in {tmp}/out"),
         (["--outputs", "{tmp}/a-file/out"], "--outputs {tmp}/a-file/out cannot be written (Not a directory)"),
     ],
@@ -271,6 +410,9 @@ def test_clean_knows_every_file_the_sweep_writes(tmp_path):
         write_json(outputs / sr.MERGED_JSON, {}).with_suffix(".tmp"),
         outputs / sr.MERGED_MD,
         outputs / "figures" / sf.FIGURE,
+        outputs / f"{sr.MERGED_JSON}.prev1",  # an earlier merge's files, kept by the next merge
+        outputs / f"{sr.MERGED_MD}.prev2",
+        outputs / "figures" / f"{sf.FIGURE}.prev1",
     ]
     for path in written:
         assert clean.is_generated_file(tmp_path, path.relative_to(tmp_path).as_posix()), path

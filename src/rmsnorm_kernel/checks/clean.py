@@ -25,8 +25,9 @@ Generated, relative to that folder (``<name>`` is any run name, ``<k>``, ``<n>``
 - the files of the benchmark sweep (``python -m benchmarks.sweep``, outside the package): a run's
   ``outputs/benchmark-sweep.run.json`` (``.run.after<n>.json`` for a run with ``--skip-done``), its
   ``.tmp`` while being written and an earlier run's file kept as ``.json.prev<n>``; the merge's
-  ``outputs/benchmark-sweep.json`` (its ``.tmp`` while being written), ``outputs/benchmark-sweep.md`` and
-  ``outputs/figures/benchmark_sweep.png`` (``SWEEP_FILES``);
+  ``outputs/benchmark-sweep.json`` and ``outputs/benchmark-sweep.md`` (their ``.tmp`` while being
+  written) and ``outputs/figures/benchmark_sweep.png``, each with an earlier merge's kept as ``.prev<n>``
+  (``SWEEP_FILES``);
 - ``outputs/compile-report/inductor_output_<n>.py`` (``compile_report.compile_report``);
 - in a Hydra job folder under ``outputs/hydra/`` or ``multirun/`` (a folder whose ``.hydra/`` holds
   ``hydra.yaml``): ``.hydra/config.yaml``, ``.hydra/hydra.yaml``, ``.hydra/overrides.yaml`` and
@@ -111,8 +112,8 @@ BENCHMARK_FILES = (
 #: The benchmark sweep's files, by the names ``benchmarks.sweep`` gives them (a test checks they agree).
 SWEEP_FILES = (
     r"outputs/benchmark-sweep\.run(?:\.after\d+)?\.(?:json|tmp)(?:\.prev\d+)?",
-    r"outputs/benchmark-sweep\.(?:json|md|tmp)",
-    r"outputs/figures/benchmark_sweep\.png",
+    r"outputs/benchmark-sweep\.(?:json|md|tmp)(?:\.prev\d+)?",
+    r"outputs/figures/benchmark_sweep\.png(?:\.prev\d+)?",
 )
 #: Folders the commands create by these names, removed when empty even if they held nothing.
 LAYOUT_FOLDERS = frozenset(GENERATED_TOP_LEVEL) | {
