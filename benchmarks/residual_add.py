@@ -151,8 +151,11 @@ def _medians(samples: list[dict]) -> dict:
 
 
 def table(data: dict) -> str:
-    """The results as a Markdown table: GPU ms per implementation, each shape and direction a row, the
-    fastest in bold, and † where the implementation's results were off its oracle (``problem``)."""
+    """The results as a Markdown table: per implementation, GPU ms / whole-call ms (where the file has
+    them), each shape and direction a row; the fastest GPU time among the results on their oracle in bold,
+    and † where a result was off its oracle (``problem``). ValueError for a file with no rows."""
+    if not data["rows"]:
+        raise ValueError("it holds no rows")
     impls = list(dict.fromkeys(row["impl"] for row in data["rows"]))
     lines = [
         f"| rows x N ({data['dtype']}) | direction | " + " | ".join(impls) + " |",
@@ -161,7 +164,7 @@ def table(data: dict) -> str:
     keys = list(dict.fromkeys((tuple(row["shape"]), row["direction"]) for row in data["rows"]))
     for shape, direction in keys:
         cells = {r["impl"]: r for r in data["rows"] if tuple(r["shape"]) == shape and r["direction"] == direction}
-        times = [c["gpu_ms"] for c in cells.values() if c["gpu_ms"] is not None]
+        times = [c["gpu_ms"] for c in cells.values() if c["gpu_ms"] is not None and not c["problem"]]
         best = min(times) if times else None
         out = []
         for impl in impls:
@@ -170,7 +173,9 @@ def table(data: dict) -> str:
                 out.append("failed its check, not timed" if cell and cell["problem"] else "–")
                 continue
             text = f"{cell['gpu_ms']:.3f}"
-            text = f"**{text}**" if cell["gpu_ms"] == best else text
+            text = f"**{text}**" if cell["gpu_ms"] == best and not cell["problem"] else text
+            if cell.get("whole_ms") is not None:
+                text += f" / {cell['whole_ms']:.2f}"
             out.append(text + (" †" if cell["problem"] else ""))
         lines.append(f"| {shape[0]} x {shape[1]} | {direction} | " + " | ".join(out) + " |")
     return "\n".join(lines)
@@ -199,15 +204,15 @@ def run(args) -> int:
             print(f"residual_add: --table {args.table}: not a results file of this command ({e})", file=sys.stderr)
             return 2
         return 0
-    problem = file_problem("--json", args.json)
-    if problem is not None:
-        print(f"residual_add: {problem}", file=sys.stderr)
-        return 2
     if backend() != CUDA:
         print(
             "residual_add: needs a CUDA GPU (on the CPU the kernels run in Triton's interpreter); none found.",
             file=sys.stderr,
         )
+        return 2
+    problem = file_problem("--json", args.json)  # last: it makes the folder
+    if problem is not None:
+        print(f"residual_add: {problem}", file=sys.stderr)
         return 2
     from .sweep.measure import CudaTimers
 

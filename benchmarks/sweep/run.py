@@ -203,7 +203,12 @@ def run_points(
 def merge_files(paths: Sequence[Path], outputs: Path) -> int:
     """Merge run files into ``benchmark-sweep.json``, ``.md`` and the figure; print the report. Exit
     status: 1 when a Triton row is wrong, 0 otherwise (MergeError: files that cannot be merged)."""
-    merged = report.merge(report.load_runs(paths))
+    return merge_runs(report.load_runs(paths), outputs)
+
+
+def merge_runs(runs: Sequence[dict], outputs: Path) -> int:
+    """``merge_files`` on runs already read (``report.load_runs``)."""
+    merged = report.merge(runs)
     json_path, md_path = report.write_merged(merged, outputs)
     (Path(outputs) / "figures").mkdir(exist_ok=True)
     figure_path = Path(outputs) / "figures" / figures.FIGURE
@@ -342,17 +347,17 @@ def run(args) -> int:
     """The command on parsed arguments; every argument and file is checked before any work."""
     if args.plan and args.merge is not None:
         return _usage("--plan and --merge together: --plan writes nothing, --merge writes; accepted: one of them")
-    problem = None if args.plan else outputs_problem(args.outputs) or report.merged_paths_problem(args.outputs)
-    if problem is not None:
-        return _usage(problem)
-    if args.merge is not None:
+    if args.merge is not None:  # the files first, then the folder: a refused merge creates nothing
         paths = list(args.merge) or _by_date(sorted(Path(args.outputs).glob(f"{RUN_STEM}*.json")))
         if not paths:
             return _usage(f"--merge: no run files given and none in {args.outputs} ({RUN_STEM}*.json)")
         try:
-            return merge_files(paths, args.outputs)
+            runs = report.load_runs(paths)
+            report.merge(runs)
         except report.MergeError as exc:
             return _usage(f"--merge: {exc}")
+        problem = outputs_problem(args.outputs) or report.merged_paths_problem(args.outputs)
+        return _usage(problem) if problem else merge_runs(runs, args.outputs)
     impls = list(args.impls)
     points = sweep_points(args.shapes)
     definition = definition_hash(points)
@@ -383,6 +388,10 @@ def run(args) -> int:
             impls = without_gpu(impls)
         except ValueError as exc:
             return _usage(str(exc))
+    problem = outputs_problem(args.outputs) or report.merged_paths_problem(args.outputs)  # last: it makes the folder
+    if problem is not None:
+        return _usage(problem)
+    if not cuda:
         print("sweep: no CUDA GPU: correctness only, through Triton's interpreter; nothing is timed.", file=sys.stderr)
     print_plan(points, todo, repeats, impls, len(done))
     device = "cuda" if cuda else "cpu"
