@@ -6,15 +6,32 @@ python train.py -m norm=reference,triton     # both paths from the same seed, th
 python train.py model=transformer -m norm=reference,native,triton   # the language model on every path
 """
 
+import os
+import signal
 import sys
-from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
 
-from rmsnorm_kernel.training import config  # noqa: F401  (registers the typed schema before Hydra composes)
-from rmsnorm_kernel.training.cli import flags_first, override_problem
-from rmsnorm_kernel.training.cli import main as train_main
+def _stopped_while_starting(signum, frame):
+    # Ctrl+C or SIGTERM while the imports below run (seconds: torch): one line, as
+    # rmsnorm_kernel.startup gives python -m commands (importing it would import torch first).
+    print(f"train.py: stopped by {signal.Signals(signum).name} while starting; nothing was done", file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(128 + signum)
+
+
+if __name__ == "__main__":
+    for _s in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(_s) is not signal.SIG_IGN:  # ignored in a shell's background job: stays so
+            signal.signal(_s, _stopped_while_starting)
+
+from pathlib import Path  # noqa: E402
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from rmsnorm_kernel.training import config  # noqa: E402, F401  (registers the typed schema before Hydra composes)
+from rmsnorm_kernel.training.cli import flags_first, override_problem  # noqa: E402
+from rmsnorm_kernel.training.cli import main as train_main  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -23,6 +40,9 @@ def main(cfg: DictConfig):
 
 
 if __name__ == "__main__":
+    for _s, _then in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+        if signal.getsignal(_s) is _stopped_while_starting:  # started: as below, and as the run takes them
+            signal.signal(_s, _then)
     try:
         sys.argv[1:] = flags_first(sys.argv[1:])
         problem = override_problem(sys.argv[1:], Path(__file__).resolve().parent / "conf")

@@ -8,11 +8,18 @@ TRITON_INTERPRET on machines without a CUDA device, and Triton reads that variab
 kernel (its own ``tl`` helpers included, at ``import triton``). Where Triton was imported earlier (by
 ``transformers``, say), ``ops.backend`` has Triton's helpers decorated again for the interpreter, so the
 order of imports does not matter.
+
+Before that, ``startup.guard_if_command`` gives a ``python -m`` command one line for Ctrl+C while it
+starts.
 """
 
-import importlib
+from .startup import guard_if_command as _guard_if_command
 
-from .ops import backend as _backend  # noqa: F401  (first: see above)
+_guard_if_command()
+
+import importlib  # noqa: E402
+
+from .ops import backend as _backend  # noqa: E402, F401  (first of the package's modules: see above)
 
 _API = {
     "ContractError": "ops.contract",

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from .. import startup
 from ..ops.backend import backend, kernel_device_type
 from ..ops.contract import MAX_N
 from ..ops.tolerances import TOLERANCES
@@ -99,28 +100,45 @@ def run_interruptible(prog: str, body: Callable[[], int]) -> int:
     disk refuses (``WRITE_ERRNOS``: a full disk, a read-only file system) ends it with one line and exit
     status 1; files already written stay as they are.
 
-    The one mechanism of every check command and of ``python -m benchmarks.*``. Python's own start-up
-    (importing torch, before ``body`` runs) keeps the default behaviour."""
+    The one mechanism of every check command and of ``python -m benchmarks.*``. Before ``body``, while
+    the command starts, ``startup.guard`` has the signals; after it, in a command, they are ignored, so
+    that one arriving while Python shuts down cannot replace the status ``body`` decided."""
     in_main = threading.current_thread() is threading.main_thread()
+    command = in_main and startup.guarded()
+    if command and startup.guarding(signal.getsignal(signal.SIGINT)):  # Ctrl+C back to Python
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
     if previous is None:  # a handler installed outside Python: put the default back afterwards
         previous = signal.SIG_DFL
+    status = FAILED
     try:
-        return body()
+        status = body()
     except (KeyboardInterrupt, Terminated) as exc:
         name, status = interrupt_status(exc)
         print(f"{prog}: stopped by {name}; exit status {status}", file=sys.stderr)
-        return status
     except OSError as exc:  # a full disk, say, while writing results: one line, not a traceback
         if exc.errno not in WRITE_ERRNOS:
             raise
         cause = "disk full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "write failed"
         where = exc.filename or "its output"
         print(f"{prog}: {cause}: {os.strerror(exc.errno)}, writing {where}; exit status {FAILED}", file=sys.stderr)
-        return FAILED
+        status = FAILED
     finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
+        try:
+            _after_body(in_main, command, previous)
+        except (KeyboardInterrupt, Terminated):  # arrived as the status was decided: that status stands
+            _after_body(in_main, command, previous)
+    return status
+
+
+def _after_body(in_main: bool, command: bool, previous) -> None:
+    """A command's exit status is decided: later signals are ignored. Elsewhere (a test calling a
+    command's ``main``): SIGTERM's handler as it was."""
+    if command:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    elif in_main:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # --------------------------------------------------------------------------------------------------
