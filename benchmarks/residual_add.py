@@ -200,7 +200,10 @@ def run(args) -> int:
         try:
             data = json.loads(args.table.read_text())
             print(table(data))
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except OSError as e:
+            print(f"residual_add: --table {args.table} cannot be read ({e.strerror or e})", file=sys.stderr)
+            return 2
+        except (ValueError, KeyError, TypeError) as e:
             print(f"residual_add: --table {args.table}: not a results file of this command ({e})", file=sys.stderr)
             return 2
         return 0

@@ -43,7 +43,8 @@ def test_a_command_line_mistake_is_one_line_and_exit_2(capsys):
     for argv, words in (
         (["--samples", "0"], "argument --samples: 0 is too small; accepted: 1 or more"),
         (["--samples", "1.5"], "argument --samples: '1.5' is not a number; accepted: 1 or more"),
-        (["--ms", "nan"], "argument --ms: nan is too small; accepted: 0.5 or more"),
+        (["--ms", "nan"], "argument --ms: 'nan' is not a finite number; accepted: 0.5 or more"),
+        (["--ms", "inf"], "argument --ms: 'inf' is not a finite number; accepted: 0.5 or more"),
         (["--fast"], "unrecognized arguments: --fast"),
     ):
         with pytest.raises(SystemExit) as exc:

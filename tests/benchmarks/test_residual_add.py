@@ -98,6 +98,13 @@ def test_table_of_a_file_that_is_not_its_results_is_one_line_and_exit_2(content,
     assert len(err) == 1 and err[0].startswith(f"residual_add: --table {path}: not a results file")
 
 
+def test_table_of_a_missing_file_says_it_cannot_be_read(tmp_path, capsys):
+    assert residual_add.main(["--table", str(tmp_path / "absent.json")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"residual_add: --table {tmp_path / 'absent.json'} cannot be read (No such file or directory)"
+    )
+
+
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_2(tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("what the command does without a GPU")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
+import math
 import os
 import signal
 import sys
@@ -65,6 +66,8 @@ def at_least(minimum: float, kind: type = int, maximum: float | None = None):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number; accepted: {accepted}") from None
+        if not math.isfinite(value):  # nan and inf parse as floats
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; accepted: {accepted}")
         if not value >= minimum:
             raise argparse.ArgumentTypeError(f"{text} is too small; accepted: {accepted}")
         if maximum is not None and not value <= maximum:
