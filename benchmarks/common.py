@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -16,7 +17,6 @@ from pathlib import Path
 import torch
 
 from rmsnorm_kernel.checks.cli import OneLineParser, Terminated, at_least, interrupt_status, run_interruptible
-from rmsnorm_kernel.checks.report import outputs_problem
 
 __all__ = [
     "OneLineParser",
@@ -55,13 +55,27 @@ def comma_choices(name: str, accepted: Iterable[str]) -> Callable[[str], list[st
 
 def file_problem(option: str, path: Path | None) -> str | None:
     """Why the file ``path`` given as ``option`` cannot be written (None when it can, or when not given):
-    checked before any work, so that a measurement is never lost at its end."""
+    checked before any work, so that a measurement is never lost at its end. It creates nothing: the
+    nearest folder of ``path`` that exists is test-written, and the missing ones are made with the file
+    (``write_whole``), so that a command refused later leaves no folder behind."""
     if path is None:
         return None
-    if Path(path).is_dir():
+    path = Path(path)
+    if path.is_dir():
         return f"{option} {path} is a folder; accepted: a file in a folder this user can write"
-    problem = outputs_problem(Path(path).parent)
-    return None if problem is None else f"{option} {path}: {problem.removeprefix('--outputs ')}"
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    accepted = "accepted: a file in a folder this user can create and write"
+    if not folder.is_dir():
+        return f"{option} {path}: {folder} is a file, not a folder; {accepted}"
+    probe = folder / f".write-probe.{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return f"{option} {path}: {folder} cannot be written ({exc.strerror or exc}); {accepted}"
+    return None
 
 
 def plain(obj):

@@ -5,6 +5,7 @@ import signal
 import sys
 
 import pytest
+import torch
 
 from benchmarks import benchmark, host_time, launch_rules, launch_sweep, train_step, transformer_step
 from benchmarks.common import Terminated
@@ -51,6 +52,16 @@ def test_a_json_file_that_cannot_be_written_is_refused_before_any_work(command, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"{prog}: --json {path}") and "accepted" in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a command refused for want of a GPU")
+@pytest.mark.parametrize("command", ["launch_rules", "launch_sweep", "host_time", "train_step", "transformer_step"])
+def test_a_command_refused_later_leaves_no_folder_of_its_json_behind(command, tmp_path, capsys):
+    """The --json check creates nothing; the folders are made with the file, if it is ever written."""
+    module, _, _ = COMMANDS[command]
+    assert module.main(["--json", str(tmp_path / "new" / "deeper" / "r.json")]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(
