@@ -19,7 +19,9 @@ import torch
 from rmsnorm_kernel.checks.cli import OneLineParser, Terminated, at_least, interrupt_status, run_interruptible
 
 __all__ = [
+    "INTERPRETED",
     "OneLineParser",
+    "cannot_start",
     "Terminated",
     "at_least",
     "comma_choices",
@@ -76,6 +78,24 @@ def file_problem(option: str, path: Path | None) -> str | None:
     except OSError as exc:
         return f"{option} {path}: {folder} cannot be written ({exc.strerror or exc}); {accepted}"
     return None
+
+
+#: Why a command that runs the kernels needs a CUDA GPU.
+INTERPRETED = "on the CPU the kernels run in Triton's interpreter"
+
+
+def cannot_start(kind: str, json_path: Path | None, has_gpu: bool, needs_gpu_for: str) -> int | None:
+    """The refusal every measurement command with a ``--json`` file makes before its work: a path where no
+    file can be written (``file_problem``), or no CUDA GPU (``has_gpu``, as the command sees it;
+    ``needs_gpu_for`` says what needs one). One line on stderr and exit status 2; None when the command
+    may start."""
+    problem = file_problem("--json", json_path)
+    if problem is None and not has_gpu:
+        problem = f"needs a CUDA GPU ({needs_gpu_for}); none found."
+    if problem is None:
+        return None
+    print(f"{kind}: {problem}", file=sys.stderr)
+    return 2
 
 
 def plain(obj):

@@ -30,7 +30,7 @@ from rmsnorm_kernel.ops import counters, kernels
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.testing import make_inputs
 
-from .common import OneLineParser, at_least, file_problem, keep_earlier_run, run_interruptible, write_json
+from .common import INTERPRETED, OneLineParser, at_least, cannot_start, keep_earlier_run, run_interruptible, write_json
 from .impls import EPS, FWD, FWD_BWD, make_call, make_impl, versions
 
 
@@ -93,16 +93,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args) -> int:
     """The command, on parsed arguments; every argument is checked before any work."""
-    problem = file_problem("--json", args.json)
-    if problem is not None:
-        print(f"host_time: {problem}", file=sys.stderr)
-        return 2
-    if backend() != CUDA:
-        print(
-            "host_time: needs a CUDA GPU (on the CPU the kernels run in Triton's interpreter); none found.",
-            file=sys.stderr,
-        )
-        return 2
+    if (refused := cannot_start("host_time", args.json, backend() == CUDA, INTERPRETED)) is not None:
+        return refused
     m, n = 128, 257
     times = host_times("cuda", m, n, args.calls, args.repeats)
     v = versions()

@@ -43,7 +43,7 @@ from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.tolerances import compare
 from rmsnorm_kernel.testing import make_inputs
 
-from .common import OneLineParser, Terminated, file_problem, interrupt_status, run_interruptible
+from .common import OneLineParser, Terminated, cannot_start, interrupt_status, run_interruptible
 from .impls import DTYPES
 
 EPS = 1e-6
@@ -187,13 +187,8 @@ def run(args) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    problem = file_problem("--json", args.json)
-    if problem is not None:
-        print(f"launch_rules: {problem}", file=sys.stderr)
-        return 2
-    if backend() != CUDA:
-        print("launch_rules: needs a CUDA GPU (it times kernels); none found.", file=sys.stderr)
-        return 2
+    if (refused := cannot_start("launch_rules", args.json, backend() == CUDA, "it times kernels")) is not None:
+        return refused
 
     def bench(fn):
         return do_bench(fn, warmup=10, rep=50, return_mode="median")

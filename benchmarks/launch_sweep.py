@@ -30,7 +30,7 @@ from rmsnorm_kernel.ops.reference import oracle
 from rmsnorm_kernel.testing import make_inputs
 
 from .benchmark import table
-from .common import OneLineParser, at_least, file_problem, keep_earlier_run, run_interruptible, write_json
+from .common import OneLineParser, at_least, cannot_start, keep_earlier_run, run_interruptible, write_json
 from .impls import DTYPES, EPS, MODES, make_impl, versions
 from .rows import Result, mark_winners, measure_row
 from .timing import Timer, copy_ceiling, cuda_timer
@@ -138,13 +138,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args) -> int:
     """The command, on parsed arguments; every argument is checked before any work."""
-    problem = file_problem("--json", args.json)
-    if problem is not None:
-        print(f"launch_sweep: {problem}", file=sys.stderr)
-        return 2
-    if backend() != CUDA:
-        print("launch_sweep: needs a CUDA GPU (it times kernels); none found.", file=sys.stderr)
-        return 2
+    if (refused := cannot_start("launch_sweep", args.json, backend() == CUDA, "it times kernels")) is not None:
+        return refused
     v = versions()
     device_name = torch.cuda.get_device_name()
     print(f"launch sweep on {device_name}: torch {v['torch']}, triton {v['triton']}")

@@ -43,7 +43,7 @@ from rmsnorm_kernel.ops.reference import add_oracle
 from rmsnorm_kernel.ops.tolerances import compare, tolerance_dtype
 from rmsnorm_kernel.testing import make_inputs
 
-from .common import OneLineParser, at_least, file_problem, keep_earlier_run, run_interruptible, write_json
+from .common import INTERPRETED, OneLineParser, at_least, cannot_start, keep_earlier_run, run_interruptible, write_json
 from .impls import EPS, versions
 
 #: (rows, N) in bfloat16: x of 128 MiB at every N of the sweep's activation regime, and of 256 MiB at 4096.
@@ -207,16 +207,8 @@ def run(args) -> int:
             print(f"residual_add: --table {args.table}: not a results file of this command ({e})", file=sys.stderr)
             return 2
         return 0
-    if backend() != CUDA:
-        print(
-            "residual_add: needs a CUDA GPU (on the CPU the kernels run in Triton's interpreter); none found.",
-            file=sys.stderr,
-        )
-        return 2
-    problem = file_problem("--json", args.json)  # last: it makes the folder
-    if problem is not None:
-        print(f"residual_add: {problem}", file=sys.stderr)
-        return 2
+    if refused := cannot_start("residual_add", args.json, backend() == CUDA, INTERPRETED):
+        return refused
     from .sweep.measure import CudaTimers
 
     timers = CudaTimers()

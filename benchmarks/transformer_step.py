@@ -45,8 +45,8 @@ from rmsnorm_kernel.training.network import build_network, loss
 from .common import (
     OneLineParser,
     at_least,
+    cannot_start,
     comma_choices,
-    file_problem,
     keep_earlier_run,
     print_table,
     run_interruptible,
@@ -182,13 +182,8 @@ def run(args: argparse.Namespace) -> int:
     """The command, on parsed arguments; every argument is checked before any work."""
     if args.table is not None:
         return print_table(KIND, args.table, markdown)
-    problem = file_problem("--json", args.json)
-    if problem is not None:
-        print(f"{KIND}: {problem}", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print(f"{KIND}: needs a CUDA GPU (profiled kernels); none found.", file=sys.stderr)
-        return 2
+    if (refused := cannot_start(KIND, args.json, torch.cuda.is_available(), "profiled kernels")) is not None:
+        return refused
     sizes = load_sizes()
     data = dict(
         kind=KIND,

@@ -17,10 +17,10 @@ COMMANDS = {
     "benchmark": (benchmark, "benchmark", "run_benchmark"),  # the GPU run and the CPU smoke both call it
     "sweep": (sweep, "sweep", "sweep_points"),
     "launch_rules": (launch_rules, "launch_rules", "parse_items"),
-    "launch_sweep": (launch_sweep, "launch_sweep", "file_problem"),
-    "host_time": (host_time, "host_time", "file_problem"),
-    "train_step": (train_step, "train_step", "file_problem"),
-    "transformer_step": (transformer_step, "transformer_step", "file_problem"),
+    "launch_sweep": (launch_sweep, "launch_sweep", "cannot_start"),
+    "host_time": (host_time, "host_time", "cannot_start"),
+    "train_step": (train_step, "train_step", "cannot_start"),
+    "transformer_step": (transformer_step, "transformer_step", "cannot_start"),
 }
 
 
