@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import json
 import platform
 import shlex
 import signal
@@ -203,12 +202,11 @@ def run_points(
 def merge_files(paths: Sequence[Path], outputs: Path) -> int:
     """Merge run files into ``benchmark-sweep.json``, ``.md`` and the figure; print the report. Exit
     status: 1 when a Triton row is wrong, 0 otherwise (MergeError: files that cannot be merged)."""
-    return merge_runs(report.load_runs(paths), outputs)
+    return write_merge(report.merge(report.load_runs(paths)), outputs)
 
 
-def merge_runs(runs: Sequence[dict], outputs: Path) -> int:
-    """``merge_files`` on runs already read (``report.load_runs``)."""
-    merged = report.merge(runs)
+def write_merge(merged: dict, outputs: Path) -> int:
+    """``merge_files`` for runs already merged (``report.merge``)."""
     json_path, md_path = report.write_merged(merged, outputs)
     (Path(outputs) / "figures").mkdir(exist_ok=True)
     figure_path = Path(outputs) / "figures" / figures.FIGURE
@@ -330,34 +328,23 @@ def resume_command(args, path: Path) -> str:
     return " ".join(shlex.quote(w) if w != words[0] else w for w in words)
 
 
-def _by_date(paths: list[Path]) -> list[Path]:
-    """Run files in the order their runs started (a file without a readable date keeps its place among
-    the names, and ``report.load_runs`` says what is wrong with it)."""
-
-    def started(path: Path) -> str:
-        try:
-            return str(json.loads(path.read_text()).get("date") or "")
-        except (OSError, ValueError, AttributeError):
-            return ""
-
-    return sorted(paths, key=started)
-
-
 def run(args) -> int:
     """The command on parsed arguments; every argument and file is checked before any work."""
     if args.plan and args.merge is not None:
         return _usage("--plan and --merge together: --plan writes nothing, --merge writes; accepted: one of them")
     if args.merge is not None:  # the files first, then the folder: a refused merge creates nothing
-        paths = list(args.merge) or _by_date(sorted(Path(args.outputs).glob(f"{RUN_STEM}*.json")))
+        paths = list(args.merge) or sorted(Path(args.outputs).glob(f"{RUN_STEM}*.json"))
         if not paths:
             return _usage(f"--merge: no run files given and none in {args.outputs} ({RUN_STEM}*.json)")
         try:
             runs = report.load_runs(paths)
-            report.merge(runs)
+            if not args.merge:  # the folder's files: in the order their runs started, not their names'
+                runs.sort(key=lambda run: str(run.get("date") or ""))
+            merged = report.merge(runs)
         except report.MergeError as exc:
             return _usage(f"--merge: {exc}")
         problem = outputs_problem(args.outputs) or report.merged_paths_problem(args.outputs)
-        return _usage(problem) if problem else merge_runs(runs, args.outputs)
+        return _usage(problem) if problem else write_merge(merged, args.outputs)
     impls = list(args.impls)
     points = sweep_points(args.shapes)
     definition = definition_hash(points)
