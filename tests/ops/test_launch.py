@@ -170,7 +170,9 @@ def test_the_chunked_forward_keeps_its_rows_in_flight_within_the_l2_share():
         p = launch.plan(*args)
         if p.fwd_branch == "chunks":
             in_flight = gpu.threads_per_sm // (32 * p.fwd_warps) * gpu.sms * n * x_bytes
-            assert in_flight <= launch.L2_SHARE * gpu.l2_bytes, (key, p)
+            long_chunks = (p.block_n, p.fwd_warps) == (launch.LONG_FWD_CHUNK, launch.LONG_FWD_WARPS)
+            share = launch.LONG_ROW_L2_SHARE if long_chunks and n > launch.ROW_LIMIT else launch.L2_SHARE
+            assert in_flight <= share * gpu.l2_bytes, (key, p)
 
 
 def test_plans_are_cached_per_shape_vector_width_gpu_and_residual():
@@ -196,12 +198,43 @@ def test_a_residual_takes_one_pass_over_wide_rows_that_are_mostly_data(n, residu
     }
 
 
-@pytest.mark.parametrize("n, chunk", [(10240, 4096), (11264, 4096), (12288, 4096), (9216, 1024), (13312, 2048)])
+@pytest.mark.parametrize("n, chunk", [(10240, 4096), (11264, 4096), (12288, 4096), (9216, 1024), (20480, 4096)])
 def test_rows_past_the_row_limit_take_wide_chunks_where_the_last_is_at_least_half_data(n, chunk):
     """Fewer, longer steps along a wide row, unless the last chunk would be mostly padding (9216 = 2
     chunks of 4096 and a quarter of one): there the chunk follows the warps, as below the limit."""
     p = launch.plan(20000, n, launch.H200, None, 2, 2)
     assert (p.fwd_branch, p.block_n) == ("chunks", chunk), p
+
+
+@pytest.mark.parametrize(
+    "n, x_bytes, branch, chunk, warps",
+    [
+        (12800, 2, "chunks", 8192, 8),
+        (13312, 2, "chunks", 8192, 8),
+        (15872, 2, "chunks", 8192, 8),
+        (12288, 2, "chunks", 4096, 16),  # 4096 lanes divide it: 8192 would pad a quarter
+        (13312, 4, "quarter_chunks", 4096, 16),  # float32: too many bytes in flight on 8 warps
+    ],
+)
+def test_16_bit_rows_that_8192_lanes_pad_no_more_than_4096_take_them_on_8_warps(n, x_bytes, branch, chunk, warps):
+    p = launch.plan(20000, n, launch.H200, None, x_bytes, x_bytes)
+    assert (p.fwd_branch, p.block_n, p.fwd_warps) == (branch, chunk, warps), p
+
+
+@pytest.mark.parametrize(
+    "n, x_bytes, rows_per_tile, rowwise",
+    [
+        (512, 2, 8, True),  # 16 KiB of x once in float32: 4096 elements
+        (96, 2, 32, True),
+        (256, 4, 16, True),
+        (128, 8, 16, True),  # float64: 2048 elements
+        (1024, 2, 4, True),
+        (2048, 2, 4, False),  # past NARROW_ROW_BYTES: 16 KiB of x as stored, each tile summed in-thread
+    ],
+)
+def test_narrow_rows_backward_tiles_hold_16_kib_as_computed_and_sum_dgamma_per_row(n, x_bytes, rows_per_tile, rowwise):
+    p = launch.plan(10**6, n, launch.H200, None, x_bytes, x_bytes)
+    assert (p.bwd_block_m, p.bwd_rowwise_dgamma) == (rows_per_tile, rowwise), p
 
 
 @pytest.mark.parametrize("n", [512, 1024, 2048, 4096])
@@ -250,6 +283,7 @@ BRANCH_CASES = [
     Case("fwd", "chunks", "H200", (2, 9216), BF16, F32),  # past ROW_LIMIT
     Case("fwd", "chunks", "H200", (2, 12288), BF16),  # past ROW_LIMIT, whole chunks of WIDE_FWD_CHUNK
     Case("fwd", "chunks", "H200", (2, 10240), F16),  # past ROW_LIMIT, a last chunk half data
+    Case("fwd", "chunks", "H200", (2, 13312), BF16),  # past ROW_LIMIT, chunks of LONG_FWD_CHUNK
     Case("fwd", "quarter_chunks", "H200", (2, 16384), BF16),
     Case("fwd", "quarter_chunks", "small", (2, 9216), BF16),  # rows in flight too many for its L2
     Case("fwd", "whole_rows", "H200", (17, 1000), BF16),
@@ -258,6 +292,7 @@ BRANCH_CASES = [
     Case("fwd", "whole_rows_persistent", "interpreter", (7, 4097), F16),  # more tiles than programs
     Case("bwd", "whole_rows", "H200", (17, 257), F32),  # a small problem: one row a tile
     Case("bwd", "whole_rows", "interpreter", (60, 600), BF16, F32),  # narrow rows, several tiles a program
+    Case("bwd", "whole_rows", "interpreter", (300, 96), BF16),  # narrow rows of many rows a tile
     Case("bwd", "whole_rows", "interpreter", (40, 2048), F32),  # more tiles than programs
     Case("bwd", "whole_rows", "small", (33, 3000), F16),
     Case("bwd", "looped", "interpreter", (5, 8193), F32),

@@ -34,7 +34,8 @@ custom op returns y alone, and the recomputation costs arithmetic, not memory tr
 
 dgamma is reduced without atomics, deterministically. The backward runs P persistent programs (the
 plan's ``partial_rows``); program p visits the row tiles p, p + P, p + 2P, ... in order and keeps a
-float64 sum of its rows' dy * x * r in registers, written once at the end as row p of a (P, N) float64
+float64 sum of its rows' dy * x * r in registers (narrow rows: a float32 sum per element of the tile,
+whose rows are summed in float64 at the end), written once at the end as row p of a (P, N) float64
 buffer of partials. A second kernel sums the partials per column in a fixed order. P depends only on the
 shape and the GPU, so the bits are the same run after run, and the partials take P * N * 8 bytes however
 many rows there are.
@@ -211,6 +212,7 @@ def _rmsnorm_bwd_kernel(
     WEIGHT_OFFSET: tl.constexpr,
     HAS_DH: tl.constexpr,
     FP64: tl.constexpr,
+    ROWWISE_DGAMMA: tl.constexpr,
 ):
     ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
     pid = tl.program_id(0)
@@ -223,10 +225,16 @@ def _rmsnorm_bwd_kernel(
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
     gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(ACC), WEIGHT_OFFSET)
-    # This program's share of dgamma, kept in registers across all its rows (no M x N scratch), in
-    # float64: a float32 running sum over thousands of rows drifts by more than float32's tolerance;
-    # one float64 add per element costs no memory traffic.
-    dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float64)
+    # This program's share of dgamma, kept in registers across all its rows (no M x N scratch). Summed
+    # over each tile's rows as it comes, in float64: a float32 running sum over thousands of rows drifts
+    # by more than float32's tolerance; one float64 add per element costs no memory traffic. With
+    # ROWWISE_DGAMMA (narrow rows, whose rows lie across warps) each (row, column) element of the tile
+    # keeps its own sum in the compute dtype, over this program's tiles only (62 terms for 2**20 rows of
+    # 64 on an H200), and the rows are summed in float64 once, at the end: no sum across warps per tile.
+    if ROWWISE_DGAMMA:
+        dgamma_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    else:
+        dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float64)
     # Persistent: tiles pid, pid + P, ... in a fixed order, so the sum is the same every run. With
     # STAGES > 1 the next tile's x and dy are copied into shared memory (cp.async) while this one is
     # computed: without it a multiprocessor has one tile in flight and waits on memory latency.
@@ -248,8 +256,15 @@ def _rmsnorm_bwd_kernel(
             dx += tl.load(DH + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0).to(ACC)
         tl.store(DX + rows[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty), mask=mask)
         # Masked rows and lanes hold dy = x = 0: they add nothing.
-        dgamma_acc += tl.sum(dy * n, axis=0).to(tl.float64)
-    tl.store(PARTIAL + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)  # row pid of the (P, N) partials
+        if ROWWISE_DGAMMA:
+            dgamma_acc += dy * n
+        else:
+            dgamma_acc += tl.sum(dy * n, axis=0).to(tl.float64)
+    if ROWWISE_DGAMMA:
+        dgamma_sum = tl.sum(dgamma_acc.to(tl.float64), axis=0)
+    else:
+        dgamma_sum = dgamma_acc
+    tl.store(PARTIAL + pid.to(tl.int64) * N + cols, dgamma_sum, mask=col_mask)  # row pid of the (P, N) partials
 
 
 # --------------------------------------------------------------------------------------------------
@@ -718,6 +733,7 @@ def rmsnorm_backward(
             WEIGHT_OFFSET=mode == "gemma",
             HAS_DH=dh is not None,
             FP64=fp64,
+            ROWWISE_DGAMMA=p.bwd_rowwise_dgamma,
             num_warps=p.bwd_warps,
         )
     launch(_dgamma_column_sum_kernel)[(triton.cdiv(n, p.sum_block_n),)](

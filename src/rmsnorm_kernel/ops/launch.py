@@ -53,6 +53,11 @@ CHUNK_ELEMENTS_PER_THREAD = 4
 # Rows past ROW_LIMIT take chunks of this many lanes whatever the warps (fewer, longer steps along the
 # row) where the last chunk is at least half data
 WIDE_FWD_CHUNK = 4096
+# ... and chunks of LONG_FWD_CHUNK lanes on LONG_FWD_WARPS where those pad the row no more than
+# WIDE_FWD_CHUNK ones and the rows in flight fit LONG_ROW_L2_SHARE of L2 (16-bit rows of 12289-16383)
+LONG_FWD_CHUNK = 8192
+LONG_FWD_WARPS = 8
+LONG_ROW_L2_SHARE = 0.6
 LOOP_FWD_MAX_CHUNK = 32768
 PADDED_LOOP_FWD_MAX_CHUNK = 8192
 # With a residual, rows past ROW_LIMIT of up to this many lanes, mostly data (N > 3/4 of the lanes), take
@@ -64,7 +69,8 @@ BWD_TILE_BYTES = 16 * 1024
 BWD_MAX_WARPS = 8
 BWD_PROGRAMS_PER_SM = 1
 BWD_STAGES = 4
-# Backward, narrow rows (x's rows of at most NARROW_ROW_BYTES): occupancy set by the GPU, not by N
+# Backward, narrow rows (x's rows of at most NARROW_ROW_BYTES): occupancy set by the GPU, not by N; tiles
+# of BWD_TILE_BYTES of x as computed (float32, or float64), and dgamma summed per (row, column) of the tile
 NARROW_ROW_BYTES = 2048
 NARROW_MAX_ROWS_PER_TILE = 128
 NARROW_WARPS = 4
@@ -151,6 +157,11 @@ class Plan:
     #: Rows of the float64 dgamma partials = persistent backward programs along the rows. Bounded by the
     #: GPU, never by the number of rows.
     partial_rows: int
+    #: Each thread sums dgamma for its own (row, column) elements of the tile, over the program's tiles,
+    #: and the tile's rows are summed once at the end (narrow rows, whose rows spread over warps: a sum
+    #: across warps every tile cost more than the tile's memory traffic); otherwise each tile's rows are
+    #: summed as they come, inside each thread.
+    bwd_rowwise_dgamma: bool
     #: Backward grid: (programs along rows, column segments).
     bwd_grid: tuple[int, int]
     bwd_stages: int
@@ -231,10 +242,22 @@ def chunked_forward(n: int, x_bytes: int, gpu: Gpu) -> tuple[int, int] | None:
     flight (one per program a multiprocessor holds) within ``L2_SHARE`` of L2, so that the second pass
     reads the row from L2; None when none does. Chunks of ``CHUNK_ELEMENTS_PER_THREAD`` lanes a thread,
     or ``WIDE_FWD_CHUNK`` lanes for rows wider than ``ROW_LIMIT`` whose last such chunk is at least half
-    data (N = 10240, 11264, 12288, 20480; not 9216 or 13312)."""
+    data (N = 10240, 11264, 12288, 20480; not 9216 or 13312). Before those: rows wider than ``ROW_LIMIT``
+    that ``LONG_FWD_CHUNK`` lanes pad no more than ``WIDE_FWD_CHUNK`` lanes do take them on
+    ``LONG_FWD_WARPS``, while their rows in flight fit ``LONG_ROW_L2_SHARE`` of L2 (16-bit N = 12800-15872;
+    not 12288, which 4096 lanes divide)."""
+
+    def in_flight(warps: int) -> int:
+        return gpu.threads_per_sm // (32 * warps) * gpu.sms * n * x_bytes
+
+    def padded(chunk: int) -> int:
+        return triton.cdiv(n, chunk) * chunk
+
+    long_rows = n > ROW_LIMIT and padded(LONG_FWD_CHUNK) <= padded(WIDE_FWD_CHUNK)
+    if long_rows and in_flight(LONG_FWD_WARPS) <= LONG_ROW_L2_SHARE * gpu.l2_bytes:
+        return LONG_FWD_CHUNK, LONG_FWD_WARPS
     for warps in CHUNKED_FWD_WARPS:
-        programs_per_sm = gpu.threads_per_sm // (32 * warps)
-        if programs_per_sm * gpu.sms * n * x_bytes <= L2_SHARE * gpu.l2_bytes:
+        if in_flight(warps) <= L2_SHARE * gpu.l2_bytes:
             last = n % WIDE_FWD_CHUNK
             if n > ROW_LIMIT and (last == 0 or 2 * last >= WIDE_FWD_CHUNK):
                 return WIDE_FWD_CHUNK, warps
@@ -281,6 +304,7 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
             bwd_block_n=SEG_BLOCK_N,
             bwd_warps=SEG_WARPS,
             partial_rows=programs,
+            bwd_rowwise_dgamma=False,
             bwd_grid=(programs, segments),
             bwd_stages=stages_that_fit(LOOP_STAGES, per_stage, gpu.smem_bytes),
             stats_block_n=STATS_BLOCK_N,
@@ -304,6 +328,7 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
         bwd_block_n=block_n,
         bwd_warps=warps,
         partial_rows=programs,
+        bwd_rowwise_dgamma=narrow,
         bwd_grid=(programs, 1),
         bwd_stages=stages,
         stats_block_n=0,
@@ -316,11 +341,12 @@ def backward_tile(block_n: int, x_bytes: int) -> tuple[int, int]:
     one row with one 16-byte vector a thread (at most ``BWD_MAX_WARPS``), so that the per-column dgamma
     sum over the tile's rows stays inside each thread. Rows of at most ``NARROW_ROW_BYTES`` (per-head q/k
     norms, small models) would get one or two warps that way, and the GPU too few warps to hide latency:
-    they take ``NARROW_WARPS`` whatever N, as many rows as ``BWD_TILE_BYTES`` holds (at most
-    ``NARROW_MAX_ROWS_PER_TILE``), and ``_backward`` gives
-    them ``NARROW_PROGRAMS_PER_SM`` programs a multiprocessor."""
+    they take ``NARROW_WARPS`` whatever N, as many rows as ``BWD_TILE_BYTES`` of x holds once computed in
+    float32 (float64 for float64 x), at most ``NARROW_MAX_ROWS_PER_TILE``, and ``_backward`` gives them
+    ``NARROW_PROGRAMS_PER_SM`` programs a multiprocessor and a dgamma summed per row
+    (``Plan.bwd_rowwise_dgamma``)."""
     if block_n * x_bytes <= NARROW_ROW_BYTES:
-        return min(NARROW_MAX_ROWS_PER_TILE, BWD_TILE_BYTES // (block_n * x_bytes)), NARROW_WARPS
+        return min(NARROW_MAX_ROWS_PER_TILE, BWD_TILE_BYTES // (block_n * max(x_bytes, 4))), NARROW_WARPS
     block_m = max(1, min(MAX_ROWS_PER_TILE, BWD_TILE_BYTES // (block_n * x_bytes)))
     return block_m, max(1, min(BWD_MAX_WARPS, block_n * x_bytes // (16 * 32)))
 

@@ -150,6 +150,7 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
         WEIGHT_OFFSET=False,
         HAS_DH=False,
         FP64=x.dtype == torch.float64,
+        ROWWISE_DGAMMA=p.bwd_rowwise_dgamma,
         num_warps=p.bwd_warps,
     )
     return dx
