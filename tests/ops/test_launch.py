@@ -222,19 +222,20 @@ def test_16_bit_rows_that_8192_lanes_pad_no_more_than_4096_take_them_on_8_warps(
 
 
 @pytest.mark.parametrize(
-    "n, x_bytes, rows_per_tile, rowwise",
+    "n, x_bytes, bm, rowwise",
     [
         (512, 2, 8, True),  # 16 KiB of x once in float32: 4096 elements
         (96, 2, 32, True),
-        (256, 4, 16, True),
-        (128, 8, 16, True),  # float64: 2048 elements
+        (1000, 2, 4, True),
+        (256, 4, 16, False),  # float32: dgamma summed into float64 tile by tile
+        (128, 8, 16, False),  # float64: 2048 elements
         (1024, 2, 4, True),
         (2048, 2, 4, False),  # past NARROW_ROW_BYTES: 16 KiB of x as stored, each tile summed in-thread
     ],
 )
-def test_narrow_rows_backward_tiles_hold_16_kib_as_computed_and_sum_dgamma_per_row(n, x_bytes, rows_per_tile, rowwise):
+def test_narrow_backward_tiles_hold_16_kib_as_computed_and_16_bit_rows_sum_dgamma_per_row(n, x_bytes, bm, rowwise):
     p = launch.plan(10**6, n, launch.H200, None, x_bytes, x_bytes)
-    assert (p.bwd_block_m, p.bwd_rowwise_dgamma) == (rows_per_tile, rowwise), p
+    assert (p.bwd_block_m, p.bwd_rowwise_dgamma) == (bm, rowwise), p
 
 
 @pytest.mark.parametrize("n", [512, 1024, 2048, 4096])

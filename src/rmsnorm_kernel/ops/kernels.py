@@ -34,8 +34,8 @@ custom op returns y alone, and the recomputation costs arithmetic, not memory tr
 
 dgamma is reduced without atomics, deterministically. The backward runs P persistent programs (the
 plan's ``partial_rows``); program p visits the row tiles p, p + P, p + 2P, ... in order and keeps a
-float64 sum of its rows' dy * x * r in registers (narrow rows: a float32 sum per element of the tile,
-whose rows are summed in float64 at the end), written once at the end as row p of a (P, N) float64
+float64 sum of its rows' dy * x * r in registers (narrow rows of 16-bit x: a float32 sum per element
+of the tile, whose rows are summed in float64 at the end), written once at the end as row p of a (P, N) float64
 buffer of partials. A second kernel sums the partials per column in a fixed order. P depends only on the
 shape and the GPU, so the bits are the same run after run, and the partials take P * N * 8 bytes however
 many rows there are.
@@ -228,9 +228,10 @@ def _rmsnorm_bwd_kernel(
     # This program's share of dgamma, kept in registers across all its rows (no M x N scratch). Summed
     # over each tile's rows as it comes, in float64: a float32 running sum over thousands of rows drifts
     # by more than float32's tolerance; one float64 add per element costs no memory traffic. With
-    # ROWWISE_DGAMMA (narrow rows, whose rows lie across warps) each (row, column) element of the tile
-    # keeps its own sum in the compute dtype, over this program's tiles only (62 terms for 2**20 rows of
-    # 64 on an H200), and the rows are summed in float64 once, at the end: no sum across warps per tile.
+    # ROWWISE_DGAMMA (narrow rows of 16-bit x, whose rows lie across warps) each (row, column) element of
+    # the tile keeps its own float32 sum over this program's tiles only (62 terms for 2**20 rows of 64 on
+    # an H200), and the rows are summed in float64 once, at the end: no sum across warps per tile. The
+    # 16-bit dtypes' tolerances leave room for those float32 sums; float32's does not.
     if ROWWISE_DGAMMA:
         dgamma_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     else:

@@ -70,7 +70,8 @@ BWD_MAX_WARPS = 8
 BWD_PROGRAMS_PER_SM = 1
 BWD_STAGES = 4
 # Backward, narrow rows (x's rows of at most NARROW_ROW_BYTES): occupancy set by the GPU, not by N; tiles
-# of BWD_TILE_BYTES of x as computed (float32, or float64), and dgamma summed per (row, column) of the tile
+# of BWD_TILE_BYTES of x as computed (float32, or float64), and for 16-bit x dgamma summed per (row,
+# column) of the tile
 NARROW_ROW_BYTES = 2048
 NARROW_MAX_ROWS_PER_TILE = 128
 NARROW_WARPS = 4
@@ -157,10 +158,11 @@ class Plan:
     #: Rows of the float64 dgamma partials = persistent backward programs along the rows. Bounded by the
     #: GPU, never by the number of rows.
     partial_rows: int
-    #: Each thread sums dgamma for its own (row, column) elements of the tile, over the program's tiles,
-    #: and the tile's rows are summed once at the end (narrow rows, whose rows spread over warps: a sum
-    #: across warps every tile cost more than the tile's memory traffic); otherwise each tile's rows are
-    #: summed as they come, inside each thread.
+    #: Each thread sums dgamma for its own (row, column) elements of the tile, over the program's tiles, in
+    #: float32, and the tile's rows are summed once at the end (narrow rows of 16-bit x, whose rows spread
+    #: over warps: a sum across warps every tile cost more than the tile's memory traffic); otherwise each
+    #: tile's rows are summed as they come, into float64. Not for float32 x: the float32 running sums
+    #: put its dgamma past float32's tolerance (131072 rows of 256: 1.4x it).
     bwd_rowwise_dgamma: bool
     #: Backward grid: (programs along rows, column segments).
     bwd_grid: tuple[int, int]
@@ -328,7 +330,7 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
         bwd_block_n=block_n,
         bwd_warps=warps,
         partial_rows=programs,
-        bwd_rowwise_dgamma=narrow,
+        bwd_rowwise_dgamma=narrow and x_bytes == 2,
         bwd_grid=(programs, 1),
         bwd_stages=stages,
         stats_block_n=0,
@@ -343,7 +345,7 @@ def backward_tile(block_n: int, x_bytes: int) -> tuple[int, int]:
     norms, small models) would get one or two warps that way, and the GPU too few warps to hide latency:
     they take ``NARROW_WARPS`` whatever N, as many rows as ``BWD_TILE_BYTES`` of x holds once computed in
     float32 (float64 for float64 x), at most ``NARROW_MAX_ROWS_PER_TILE``, and ``_backward`` gives them
-    ``NARROW_PROGRAMS_PER_SM`` programs a multiprocessor and a dgamma summed per row
+    ``NARROW_PROGRAMS_PER_SM`` programs a multiprocessor, and for 16-bit x a dgamma summed per row
     (``Plan.bwd_rowwise_dgamma``)."""
     if block_n * x_bytes <= NARROW_ROW_BYTES:
         return min(NARROW_MAX_ROWS_PER_TILE, BWD_TILE_BYTES // (block_n * max(x_bytes, 4))), NARROW_WARPS
