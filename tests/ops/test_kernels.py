@@ -177,9 +177,19 @@ def test_triton_matches_hand_worked_numbers(device):
     torch.testing.assert_close(y2.cpu(), torch.tensor([[1.697056, 0.565685]]), atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("shape", [(128, 1000), (40, 4096), (9, 9000)], ids=str)
-def test_backward_with_dgamma_partials_is_bitwise_deterministic(shape, device):
-    x, gamma, dy = make_inputs(shape, torch.float32, device)
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [
+        ((128, 1000), torch.float32),
+        ((40, 4096), torch.float32),
+        ((9, 9000), torch.float32),
+        ((300, 96), torch.bfloat16),
+    ],
+    ids=str,
+)
+def test_backward_with_dgamma_partials_is_bitwise_deterministic(shape, dtype, device):
+    """The last: narrow 16-bit rows, dgamma summed per tile element (``Plan.bwd_rowwise_dgamma``)."""
+    x, gamma, dy = make_inputs(shape, dtype, device)
     assert launch.plan_for(x, gamma).partial_rows >= 1  # the two-pass dgamma reduction runs
     first, second = triton_grads(x, gamma, dy), triton_grads(x, gamma, dy)
     for a, b in zip(first, second):
