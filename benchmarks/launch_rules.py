@@ -75,7 +75,8 @@ def forward_variants(base: launch.Plan, rows: int) -> dict[str, launch.Plan]:
 
 def backward_variants(base: launch.Plan, rows: int, n: int, x_bytes: int, gpu: launch.Gpu) -> dict[str, launch.Plan]:
     """The shipped backward and, for whole rows, each (rows per tile, warps, stages) of BWD_TILES that
-    fits in shared memory; for looped rows, each (chunk, warps) of STATS for the row statistics."""
+    fits in shared memory, summing dgamma as the shipped plan does (``Plan.bwd_rowwise_dgamma``); for
+    looped rows, each (chunk, warps) of STATS for the row statistics."""
     out = {"base": base}
     if base.vec > 1:
         out["vec1"] = dataclasses.replace(base, vec=1)

@@ -39,7 +39,7 @@ from .timing import Timer, copy_ceiling, cuda_timer
 VARIANTS: dict[str, dict[str, float]] = {
     # small problems: the tile of larger ones, so fewer programs
     "small_tiles_off": {"BWD_MIN_TILES_PER_SM": 0},
-    # narrow rows: the warps, programs and stages of wider ones
+    # narrow rows: the tiles, warps, programs and stages of wider ones, and dgamma summed tile by tile
     "narrow_off": {"NARROW_ROW_BYTES": 0},
     # whole rows padded to a power of two for every N up to ROW_LIMIT, instead of chunks
     "whole_rows_fwd": {"WHOLE_ROW_FWD_LIMIT": 8192},

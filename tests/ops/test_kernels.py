@@ -196,13 +196,12 @@ def test_backward_with_dgamma_partials_is_bitwise_deterministic(shape, dtype, de
         assert torch.equal(a, b)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_dgamma_of_many_narrow_rows_stays_within_its_dtype_s_tolerance(dtype, device):
-    """131072 rows of 256: the most dgamma sums over rows that a sweep point of narrow rows takes. Float32
-    running sums per tile element (16-bit x) would put a float32 x's dgamma 2.7x past its tolerance here
-    under the interpreter (1.4x on an H200)."""
-    x, gamma, dy = make_inputs((131072, 256), dtype, device)
+def test_float32_dgamma_of_many_narrow_rows_stays_within_float32_tolerance(device):
+    """131072 rows of 256: the most rows a narrow sweep point of float32 sums. Float32 running sums per
+    tile element (what 16-bit x takes) put this dgamma 2.7x past float32's tolerance under the
+    interpreter, 1.4x on an H200; the float64 sum per tile stays within it. (16-bit x: its dgamma rounds
+    to the same values either way at these rows.)"""
+    x, gamma, dy = make_inputs((131072, 256), torch.float32, device)
     calls = counters.calls(torch.device(device))
     _, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, calls)
     c = compare(dgamma, oracle(x, gamma, dy)[2])

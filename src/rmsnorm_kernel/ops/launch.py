@@ -54,7 +54,8 @@ CHUNK_ELEMENTS_PER_THREAD = 4
 # row) where the last chunk is at least half data
 WIDE_FWD_CHUNK = 4096
 # ... and chunks of LONG_FWD_CHUNK lanes on LONG_FWD_WARPS where those pad the row no more than
-# WIDE_FWD_CHUNK ones and the rows in flight fit LONG_ROW_L2_SHARE of L2 (16-bit rows of 12289-16383)
+# WIDE_FWD_CHUNK ones and the rows in flight fit LONG_ROW_L2_SHARE of L2 (on an H200: 16-bit rows of
+# 12289-16383)
 LONG_FWD_CHUNK = 8192
 LONG_FWD_WARPS = 8
 LONG_ROW_L2_SHARE = 0.6
@@ -246,8 +247,8 @@ def chunked_forward(n: int, x_bytes: int, gpu: Gpu) -> tuple[int, int] | None:
     or ``WIDE_FWD_CHUNK`` lanes for rows wider than ``ROW_LIMIT`` whose last such chunk is at least half
     data (N = 10240, 11264, 12288, 20480; not 9216 or 13312). Before those: rows wider than ``ROW_LIMIT``
     that ``LONG_FWD_CHUNK`` lanes pad no more than ``WIDE_FWD_CHUNK`` lanes do take them on
-    ``LONG_FWD_WARPS``, while their rows in flight fit ``LONG_ROW_L2_SHARE`` of L2 (16-bit N = 12800-15872;
-    not 12288, which 4096 lanes divide)."""
+    ``LONG_FWD_WARPS``, while their rows in flight fit ``LONG_ROW_L2_SHARE`` of L2 (on an H200: 16-bit N of
+    12289-16383, such as 12800 and 15872; not 12288, which 4096 lanes divide)."""
 
     def in_flight(warps: int) -> int:
         return gpu.threads_per_sm // (32 * warps) * gpu.sms * n * x_bytes
@@ -345,7 +346,7 @@ def backward_tile(block_n: int, x_bytes: int) -> tuple[int, int]:
     norms, small models) would get one or two warps that way, and the GPU too few warps to hide latency:
     they take ``NARROW_WARPS`` whatever N, as many rows as ``BWD_TILE_BYTES`` of x holds once computed in
     float32 (float64 for float64 x), at most ``NARROW_MAX_ROWS_PER_TILE``, and ``_backward`` gives them
-    ``NARROW_PROGRAMS_PER_SM`` programs a multiprocessor, and for 16-bit x a dgamma summed per row
+    ``NARROW_PROGRAMS_PER_SM`` programs a multiprocessor, and for 16-bit x dgamma summed per tile element
     (``Plan.bwd_rowwise_dgamma``)."""
     if block_n * x_bytes <= NARROW_ROW_BYTES:
         return min(NARROW_MAX_ROWS_PER_TILE, BWD_TILE_BYTES // (block_n * max(x_bytes, 4))), NARROW_WARPS
