@@ -232,21 +232,23 @@ def run(args) -> int:
     if args.quick:
         args.samples = min(args.samples, 10)
     shapes = SMALL_SHAPES if (args.shapes == "small" or args.quick) else FULL_SHAPES
-    if backend() != CUDA:
+    gpu = backend() == CUDA
+    no_gpu = "benchmark: no CUDA GPU here, so nothing can be timed (timings need a CUDA GPU)."
+    if not gpu:
+        if args.require_gpu:
+            print(no_gpu, file=sys.stderr)
+            return 2
         try:
-            impls = impls if args.require_gpu else without_gpu(impls)
+            impls = without_gpu(impls)
         except ValueError as e:
             print(f"benchmark: {e}", file=sys.stderr)
-            return 2
-        if args.require_gpu:
-            print("benchmark: no CUDA GPU here, so nothing can be timed (timings need a CUDA GPU).", file=sys.stderr)
             return 2
     problem = outputs_problem(args.outputs)  # last: it makes the folder
     if problem is not None:
         print(f"benchmark: {problem}", file=sys.stderr)
         return 2
-    if backend() != CUDA:
-        print("benchmark: no CUDA GPU here, so nothing can be timed (timings need a CUDA GPU).", file=sys.stderr)
+    if not gpu:
+        print(no_gpu, file=sys.stderr)
         print(
             "benchmark: running a correctness-only smoke instead: tiny shapes through Triton's interpreter, "
             "checked against the oracle, no timings.",

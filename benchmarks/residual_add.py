@@ -207,7 +207,7 @@ def run(args) -> int:
             print(f"residual_add: --table {args.table}: not a results file of this command ({e})", file=sys.stderr)
             return 2
         return 0
-    if refused := cannot_start("residual_add", args.json, backend() == CUDA, INTERPRETED):
+    if (refused := cannot_start("residual_add", args.json, backend() == CUDA, INTERPRETED)) is not None:
         return refused
     from .sweep.measure import CudaTimers
 

@@ -199,14 +199,9 @@ def run_points(
 # --------------------------------------------------------------------------------------------------
 
 
-def merge_files(paths: Sequence[Path], outputs: Path) -> int:
-    """Merge run files into ``benchmark-sweep.json``, ``.md`` and the figure; print the report. Exit
-    status: 1 when a Triton row is wrong, 0 otherwise (MergeError: files that cannot be merged)."""
-    return write_merge(report.merge(report.load_runs(paths)), outputs)
-
-
 def write_merge(merged: dict, outputs: Path) -> int:
-    """``merge_files`` for runs already merged (``report.merge``)."""
+    """Runs merged by ``report.merge`` into ``benchmark-sweep.json``, ``.md`` and the figure; print the
+    report. Exit status: 1 when a Triton row is wrong, 0 otherwise."""
     json_path, md_path = report.write_merged(merged, outputs)
     (Path(outputs) / "figures").mkdir(exist_ok=True)
     figure_path = Path(outputs) / "figures" / figures.FIGURE
@@ -431,7 +426,7 @@ def run(args) -> int:
     untimed = [r for r in rows if cuda and r.ok and r.gpu_us is None]  # a timing that raised: the row says why
     for r in untimed:
         print(f"no timing at {r.point} {r.mode} {r.impl}: {r.gpu_note}")
-    merge_files([*(run["file"] for run in earlier), path], args.outputs)
+    write_merge(report.merge([*earlier, *report.load_runs([path])]), args.outputs)  # earlier: read once
     if stop():  # during the noise repeats, every point measured: merged, and stopped as asked
         print(f"sweep: stopped by {stop()} in the noise repeats; every point was measured and merged", file=sys.stderr)
         return 128 + getattr(signal, stop()).value
