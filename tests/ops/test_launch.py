@@ -237,6 +237,22 @@ def test_narrow_backward_tiles_hold_16_kib_as_computed_and_16_bit_rows_sum_dgamm
     assert (p.bwd_block_m, p.bwd_rowwise_dgamma) == (bm, rowwise), p
 
 
+@pytest.mark.parametrize(
+    "rows, n, bm, programs, rowwise",
+    [
+        (1024, 1024, 8, 128, False),  # 128 tiles of 16 KiB of x as stored: one a program, nothing to sum across
+        (2112, 1024, 8, 264, False),  # 264 such tiles: still one a program (2 programs a multiprocessor)
+        (2113, 1024, 4, 264, True),  # 265: programs would loop, so float32 sums per element and their tiles
+        (2048, 256, 32, 64, False),
+    ],
+)
+def test_narrow_16_bit_rows_sum_dgamma_per_element_only_when_programs_take_several_tiles(
+    rows, n, bm, programs, rowwise
+):
+    p = launch.plan(rows, n, launch.H200, None, 2, 2)
+    assert (p.bwd_block_m, p.partial_rows, p.bwd_rowwise_dgamma) == (bm, programs, rowwise), p
+
+
 @pytest.mark.parametrize("n", [512, 1024, 2048, 4096])
 def test_a_residual_gives_whole_row_tiles_at_least_four_warps_and_the_same_rows(n):
     plain = launch.plan(20000, n, launch.H200, None, 2, 2)

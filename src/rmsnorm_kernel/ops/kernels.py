@@ -151,8 +151,6 @@ def _rmsnorm_fwd_kernel(
     # the tiles p, p + P, ...: one tile each when the grid covers them all, several when it is persistent,
     # in which case STAGES > 1 lets Triton copy the next tile's x into shared memory (cp.async) while
     # this one is computed.
-    if tl.program_id(0) == 0:  # count the call on the device, so that CUDA graph replays count too
-        tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     N, stride_x, stride_y = N // VEC * VEC, stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads
     stride_res, stride_h = stride_res // VEC * VEC, stride_h // VEC * VEC
     cols = tl.arange(0, BLOCK_N)
@@ -180,6 +178,11 @@ def _rmsnorm_fwd_kernel(
         if SILU:
             y = y * tl.sigmoid(y)
         tl.store(Y + rows[:, None] * stride_y + cols[None, :], _rounded(y, Y.dtype.element_ty), mask=mask)
+    # Count the call on the device, so that CUDA graph replays count too. At the end, not the top: the
+    # count's address held through the loop cost the persistent kernel registers, and with them a program
+    # per multiprocessor.
+    if tl.program_id(0) == 0:
+        tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
 
 
 # --------------------------------------------------------------------------------------------------
@@ -299,8 +302,6 @@ def _rmsnorm_fwd_chunked_kernel(
 ):
     ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
     # One program per row (a persistent loop over rows measured slower, docs/performance-notes.md).
-    if tl.program_id(0) == 0:  # count the call on the device
-        tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     N, stride_x, stride_y = N // VEC * VEC, stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads
     stride_res, stride_h = stride_res // VEC * VEC, stride_h // VEC * VEC
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride may pass 2**31
@@ -325,6 +326,11 @@ def _rmsnorm_fwd_chunked_kernel(
             x = h.to(ACC)
         sum_sq += x * x
     r = _inv_sqrt(tl.sum(sum_sq, axis=0) / N + tl.cast(eps, ACC), FP64)  # N, not the chunks' total width
+    # Count the call on the device. Here, between the passes: at the kernel's top or end, ptxas kept
+    # registers for it through a pass (40 -> 44-49 a thread at 16 warps: two programs a multiprocessor
+    # instead of three).
+    if tl.program_id(0) == 0:
+        tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     if RESIDUAL:
         tl.debug_barrier()  # pass 2 reads h back: every thread's stores of it first
     # Pass 2: y = x * r * gamma. This read of x is its last (evict_first); gamma is read by every row
