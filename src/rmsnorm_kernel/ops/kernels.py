@@ -156,6 +156,12 @@ def _rmsnorm_fwd_kernel(
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
     gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(ACC), WEIGHT_OFFSET)
+    # Count the call on the device, so that CUDA graph replays count too. Here, just before the loop: where
+    # the count goes changes ptxas's registers and schedule. At the top, the persistent forward of 4097
+    # 16-bit lanes took 161 registers a thread, one 256-thread program a multiprocessor (772 us at
+    # 65520 x 4097 bf16 on an H200); here 128, two programs (448 us); at the end, 461 us.
+    if tl.program_id(0) == 0:
+        tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     for tile in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64: rows * stride may pass 2**31
         mask = (rows < M)[:, None] & col_mask[None, :]
@@ -178,11 +184,6 @@ def _rmsnorm_fwd_kernel(
         if SILU:
             y = y * tl.sigmoid(y)
         tl.store(Y + rows[:, None] * stride_y + cols[None, :], _rounded(y, Y.dtype.element_ty), mask=mask)
-    # Count the call on the device, so that CUDA graph replays count too. At the end, not the top: the
-    # count's address held through the loop cost the persistent kernel registers, and with them a program
-    # per multiprocessor.
-    if tl.program_id(0) == 0:
-        tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
 
 
 # --------------------------------------------------------------------------------------------------
@@ -302,6 +303,10 @@ def _rmsnorm_fwd_chunked_kernel(
 ):
     ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
     # One program per row (a persistent loop over rows measured slower, docs/performance-notes.md).
+    # The count's place here was measured (docs/performance-notes.md): between the passes or at the end,
+    # 12295 bf16 gains 14% but 8192 and 12800 bf16 lose 17-22%.
+    if tl.program_id(0) == 0:  # count the call on the device
+        tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     N, stride_x, stride_y = N // VEC * VEC, stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads
     stride_res, stride_h = stride_res // VEC * VEC, stride_h // VEC * VEC
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride may pass 2**31
@@ -326,11 +331,6 @@ def _rmsnorm_fwd_chunked_kernel(
             x = h.to(ACC)
         sum_sq += x * x
     r = _inv_sqrt(tl.sum(sum_sq, axis=0) / N + tl.cast(eps, ACC), FP64)  # N, not the chunks' total width
-    # Count the call on the device. Here, between the passes: at the kernel's top or end, ptxas kept
-    # registers for it through a pass (40 -> 44-49 a thread at 16 warps: two programs a multiprocessor
-    # instead of three).
-    if tl.program_id(0) == 0:
-        tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     if RESIDUAL:
         tl.debug_barrier()  # pass 2 reads h back: every thread's stores of it first
     # Pass 2: y = x * r * gamma. This read of x is its last (evict_first); gamma is read by every row
