@@ -303,8 +303,8 @@ def _rmsnorm_fwd_chunked_kernel(
 ):
     ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
     # One program per row (a persistent loop over rows measured slower, docs/performance-notes.md).
-    # The count's place here was measured (docs/performance-notes.md): between the passes or at the end,
-    # 12295 bf16 gains 14% but 8192 and 12800 bf16 lose 17-22%.
+    # The count's place here was measured (docs/performance-notes.md): between the passes 12295 bf16
+    # gains 14%, but there or at the end 8192 and 12800 bf16 lose 17-22%.
     if tl.program_id(0) == 0:  # count the call on the device
         tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     N, stride_x, stride_y = N // VEC * VEC, stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads
