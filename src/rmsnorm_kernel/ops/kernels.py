@@ -32,13 +32,13 @@ in bfloat16 that makes loads 16 bytes wide instead of 2.
 The backward recomputes r from the row of x it loads anyway rather than reading a saved copy: the
 custom op returns y alone, and the recomputation costs arithmetic, not memory traffic.
 
-dgamma is reduced without atomics, deterministically. The backward runs P persistent programs (the
-plan's ``partial_rows``); program p visits the row tiles p, p + P, p + 2P, ... in order and keeps a
-float64 sum of its rows' dy * x * r in registers (narrow rows of 16-bit x: a float32 sum per element
-of the tile, whose rows are summed in float64 at the end), written once at the end as row p of a (P, N) float64
-buffer of partials. A second kernel sums the partials per column in a fixed order. P depends only on the
-shape and the GPU, so the bits are the same run after run, and the partials take P * N * 8 bytes however
-many rows there are.
+dgamma is reduced without atomics, deterministically. The backward runs P persistent programs (the plan's
+``partial_rows``); program p visits the row tiles p, p + P, p + 2P, ... in order and keeps a float64 sum
+of its rows' dy * x * r in registers (narrow rows of 16-bit x, when programs take several tiles: a float32
+sum per element of the tile, whose rows are summed in float64 at the end), written once at the end as row
+p of a (P, N) float64 buffer of partials. A second kernel sums the partials per column in a fixed order. P
+depends only on the shape and the GPU, so the bits are the same run after run, and the partials take
+P * N * 8 bytes however many rows there are.
 
 Rows are addressed through their row stride (the last dimension contiguous), so a slice such as
 ``x[:, :N]`` of a wider tensor is read in place; any other layout is copied once (``as_rows``), and a
