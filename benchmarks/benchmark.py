@@ -46,7 +46,7 @@ from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.reference import oracle
 from rmsnorm_kernel.testing import make_inputs
 
-from .common import OneLineParser, at_least, keep_earlier_run, run_interruptible
+from .common import OneLineParser, at_least, exit_status, keep_earlier_run, run_interruptible
 from .figures import FIGURE, benchmark_figure
 from .impls import DTYPES, EPS, IMPLS, LIGER_SETTINGS, MODES, ForwardFn, make_impl, parse_impls, versions, without_gpu
 from .rows import Result, mark_winners, measure_row
@@ -223,7 +223,7 @@ def _cpu_smoke(impls: list[str], args) -> int:
     print(f"\nwrote {path}\n{draw_figure(path, args.outputs)}\n")
     print(table(results, None))
     print("CPU smoke: correctness only, no timings (run on a CUDA GPU for the benchmark).")
-    return 0 if all(r.ok for r in results) else 1
+    return exit_status("benchmark", sum(not r.ok for r in results), "row(s) off the oracle (the table above)")
 
 
 def run(args) -> int:
@@ -278,7 +278,8 @@ def run(args) -> int:
     print(f"{device_name}, torch {v['torch']}, triton {v['triton']}, liger-kernel {v['liger_kernel']}")
     print(table(results, ceiling / 1e12))
     # A peer outside the oracle's tolerance is a finding, reported in its row; a wrong Triton row fails the run.
-    return 0 if all(r.ok for r in results if r.impl == "triton") else 1
+    wrong = sum(not r.ok for r in results if r.impl == "triton")
+    return exit_status("benchmark", wrong, "Triton row(s) off the oracle (the table above)")
 
 
 def main(argv: list[str] | None = None) -> int:

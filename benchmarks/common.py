@@ -173,6 +173,15 @@ def keep_previous(path: Path) -> Path | None:
     return kept
 
 
+def exit_status(kind: str, failed: int, what: str) -> int:
+    """A measurement's exit status: 0, or 1 with one line on stderr when ``failed`` of its rows (``what``:
+    what went wrong with them, and where the rows are) did."""
+    if not failed:
+        return 0
+    print(f"{kind}: {failed} {what}; exit status 1", file=sys.stderr)
+    return 1
+
+
 def keep_earlier_run(kind: str, path: Path | None) -> None:
     """Before a run's first write to its results file ``path`` (None: it writes none): an earlier run's
     file there is kept (``keep_previous``), and the command ``kind`` says so in one line."""

@@ -43,7 +43,7 @@ from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.tolerances import compare
 from rmsnorm_kernel.testing import make_inputs
 
-from .common import OneLineParser, Terminated, cannot_start, interrupt_status, run_interruptible
+from .common import OneLineParser, Terminated, cannot_start, exit_status, interrupt_status, run_interruptible
 from .impls import DTYPES
 
 EPS = 1e-6
@@ -211,7 +211,7 @@ def run(args) -> int:
         name, status = interrupt_status(exc)
         print(f"launch_rules: stopped by {name}; the records timed so far are in {args.json}", file=sys.stderr)
         return status
-    return 1 if wrong else 0
+    return exit_status("launch_rules", wrong, f"variant(s) off the oracle (WRONG above, and in {args.json})")
 
 
 if __name__ == "__main__":

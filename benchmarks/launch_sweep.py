@@ -30,7 +30,15 @@ from rmsnorm_kernel.ops.reference import oracle
 from rmsnorm_kernel.testing import make_inputs
 
 from .benchmark import table
-from .common import OneLineParser, at_least, cannot_start, keep_earlier_run, run_interruptible, write_json
+from .common import (
+    OneLineParser,
+    at_least,
+    cannot_start,
+    exit_status,
+    keep_earlier_run,
+    run_interruptible,
+    write_json,
+)
 from .impls import DTYPES, EPS, MODES, make_impl, versions
 from .rows import Result, mark_winners, measure_row
 from .timing import Timer, copy_ceiling, cuda_timer
@@ -161,7 +169,7 @@ def run(args) -> int:
         )
         keep_earlier_run("launch_sweep", args.json)
         print(f"wrote {write_json(args.json, data)}")
-    return 0 if all(r.ok for r in rows) else 1
+    return exit_status("launch_sweep", sum(not r.ok for r in rows), "row(s) off the oracle (the table above)")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,16 @@ from rmsnorm_kernel.ops.reference import add_oracle
 from rmsnorm_kernel.ops.tolerances import compare, tolerance_dtype
 from rmsnorm_kernel.testing import make_inputs
 
-from .common import INTERPRETED, OneLineParser, at_least, cannot_start, keep_earlier_run, run_interruptible, write_json
+from .common import (
+    INTERPRETED,
+    OneLineParser,
+    at_least,
+    cannot_start,
+    exit_status,
+    keep_earlier_run,
+    run_interruptible,
+    write_json,
+)
 from .impls import EPS, versions
 
 #: (rows, N) in bfloat16: x of 128 MiB at every N of the sweep's activation regime, and of 256 MiB at 4096.
@@ -230,7 +239,8 @@ def run(args) -> int:
     print(table(data))
     keep_earlier_run("residual_add", args.json)
     print(f"wrote {write_json(args.json, data)}")
-    return 0 if all(row["problem"] is None for row in rows if row["impl"] == "triton") else 1
+    wrong = sum(row["problem"] is not None for row in rows if row["impl"] == "triton")
+    return exit_status("residual_add", wrong, "Triton row(s) with a problem (the table above)")
 
 
 if __name__ == "__main__":

@@ -80,6 +80,7 @@ from .common import (
     at_least,
     cannot_start,
     comma_choices,
+    exit_status,
     keep_earlier_run,
     print_table,
     run_interruptible,
@@ -516,7 +517,8 @@ def run(args: argparse.Namespace) -> int:
     for note in footnotes(data["rows"]):
         print(note)
     print(f"wrote {write_json(args.json, data)}")
-    return 0 if all(r["calls_ok"] for r in data["rows"]) else 1
+    miscounted = sum(not r["calls_ok"] for r in data["rows"])
+    return exit_status("train_step", miscounted, "row(s) whose Triton call counts are not the steps' (the table)")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from .common import (
     at_least,
     cannot_start,
     comma_choices,
+    exit_status,
     keep_earlier_run,
     print_table,
     run_interruptible,
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     data["complete"] = True
     print(markdown(data))
     print(f"wrote {write_json(args.json, data)}")
-    return 0 if all(r["error"] is None for r in data["rows"]) else 1
+    return exit_status("transformer_step", sum(r["error"] is not None for r in data["rows"]), "row(s) failed (above)")
 
 
 if __name__ == "__main__":

@@ -28,10 +28,10 @@ Ctrl+C or SIGTERM stops the run after the point in progress: its file keeps ever
 line says how to run the rest, and the exit status is 130 or 143. Before or after the points (reading the
 files, merging, drawing), the signal stops the command at once with one line and the same status.
 
-Exit status: 0 when every point was measured and the Triton path was right at each; 1 when a Triton
-result was wrong, or a correct row got no time on a GPU (its timing raised; the row's ``gpu_note`` says
-how); 2 for a usage mistake (every argument and file is checked before any work) or no GPU. A wrong peer
-is a finding in its row, not a failure of the run.
+Exit status: 0 when every point was measured and the Triton path was right at each; 1, with one line, when
+a Triton result was wrong (this run's or a merged earlier run's), or a correct row got no time on a GPU
+(its timing raised; the row's ``gpu_note`` says how); 2 for a usage mistake (every argument and file is
+checked before any work) or no GPU. A wrong peer is a finding in its row, not a failure of the run.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from ..common import (
     OneLineParser,
     at_least,
     comma_choices,
+    exit_status,
     keep_earlier_run,
     run_interruptible,
     write_json,
@@ -213,7 +214,8 @@ def write_merge(merged: dict, outputs: Path) -> int:
     print(md_path.read_text())
     print(f"wrote {json_path}, {md_path}; figure {fig.name}: {fig.status} ({fig.detail})")
     wrong = [r for r in merged["rows"] if r["impl"] == "triton" and not r.get("ok")]
-    return 1 if wrong else 0
+    first = f" (first: {wrong[0]['point']} {wrong[0]['mode']}, {wrong[0].get('detail') or 'wrong'})" if wrong else ""
+    return exit_status("sweep", len(wrong), f"Triton row(s) off the oracle{first}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -426,11 +428,13 @@ def run(args) -> int:
     untimed = [r for r in rows if cuda and r.ok and r.gpu_us is None]  # a timing that raised: the row says why
     for r in untimed:
         print(f"no timing at {r.point} {r.mode} {r.impl}: {r.gpu_note}")
-    write_merge(report.merge([*earlier, *report.load_runs([path])]), args.outputs)  # earlier: read once
+    merge_status = write_merge(report.merge([*earlier, *report.load_runs([path])]), args.outputs)  # earlier: read once
     if stop():  # during the noise repeats, every point measured: merged, and stopped as asked
         print(f"sweep: stopped by {stop()} in the noise repeats; every point was measured and merged", file=sys.stderr)
         return 128 + getattr(signal, stop()).value
-    return 1 if wrong or untimed else 0
+    if merge_status:  # a Triton row off the oracle, this run's or an earlier one's: write_merge said so
+        return 1
+    return exit_status("sweep", len(untimed), "row(s) right but not timed (named above)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.common import OneLineParser, at_least, keep_earlier_run, write_json
+from benchmarks.common import OneLineParser, at_least, exit_status, keep_earlier_run, write_json
 
 
 @dataclass
@@ -84,3 +84,10 @@ def test_a_write_the_disk_refuses_leaves_the_earlier_file_and_no_half_one(tmp_pa
         write_json(path, {"b": 2})
     monkeypatch.undo()
     assert [p.name for p in tmp_path.iterdir()] == ["x.json"] and json.loads(path.read_text()) == {"a": 1}
+
+
+def test_a_measurement_with_failed_rows_exits_1_with_one_line_and_without_none(capsys):
+    assert exit_status("benchmark", 0, "row(s) off the oracle") == 0
+    assert capsys.readouterr().err == ""
+    assert exit_status("benchmark", 2, "row(s) off the oracle (the table above)") == 1
+    assert capsys.readouterr().err == "benchmark: 2 row(s) off the oracle (the table above); exit status 1\n"

@@ -115,6 +115,18 @@ def test_a_figure_that_raises_is_one_failed_line_and_the_merge_still_ends(tmp_pa
     assert f"figure {sf.FIGURE}: failed (ValueError: Number of columns" in out and "Traceback" not in out + err
 
 
+def test_a_merge_with_a_wrong_triton_row_exits_1_with_one_line_naming_it(tmp_path, capsys):
+    rows = tiny_rows(TINY_IDS[0])
+    rows[0] = dict(rows[0], ok=False, detail="y outside tolerance")
+    assert rows[0]["impl"] == "triton"
+    write_json(tmp_path / "benchmark-sweep.run.json", sweep_run(rows, shapes="tiny"))
+    rc, out, err = run_main(capsys, "--merge", "--outputs", tmp_path)
+    assert rc == 1 and (tmp_path / sr.MERGED_JSON).is_file()
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("sweep: 1 Triton row(s) off the oracle (first: ") and last.endswith("exit status 1")
+    assert rows[0]["point"] in last and "Traceback" not in out + err
+
+
 @no_gpu_only
 def test_skip_done_runs_only_what_an_earlier_run_left_and_merges_both(tmp_path, capsys):
     earlier = tmp_path / "earlier.json"
