@@ -164,15 +164,13 @@ def test_every_plan_gives_the_kernels_shapes_they_can_run():
 
 def test_the_chunked_forward_keeps_its_rows_in_flight_within_its_l2_share():
     """Its second pass reads each row again, from L2: the rows of every program the GPU holds at once fit
-    in ``L2_SHARE`` of it, or ``LONG_ROW_L2_SHARE`` for chunks of ``LONG_FWD_CHUNK`` lanes."""
+    in ``L2_SHARE`` of it."""
     for key, gpu, args in PROBLEMS:
         rows, n, _, _, x_bytes, *_ = args
         p = launch.plan(*args)
         if p.fwd_branch == "chunks":
             in_flight = gpu.threads_per_sm // (32 * p.fwd_warps) * gpu.sms * n * x_bytes
-            long_chunks = (p.block_n, p.fwd_warps) == (launch.LONG_FWD_CHUNK, launch.LONG_FWD_WARPS)
-            share = launch.LONG_ROW_L2_SHARE if long_chunks and n > launch.ROW_LIMIT else launch.L2_SHARE
-            assert in_flight <= share * gpu.l2_bytes, (key, p)
+            assert in_flight <= launch.L2_SHARE * gpu.l2_bytes, (key, p)
 
 
 def test_plans_are_cached_per_shape_vector_width_gpu_and_residual():
@@ -198,25 +196,29 @@ def test_a_residual_takes_one_pass_over_wide_rows_that_are_mostly_data(n, residu
     }
 
 
-@pytest.mark.parametrize("n, chunk", [(10240, 4096), (11264, 4096), (12288, 4096), (9216, 1024), (20480, 4096)])
-def test_rows_past_the_row_limit_take_wide_chunks_where_the_last_is_at_least_half_data(n, chunk):
-    """Fewer, longer steps along a wide row, unless the last chunk would be mostly padding (9216 = 2
-    chunks of 4096 and a quarter of one): there the chunk follows the warps, as below the limit."""
-    p = launch.plan(20000, n, launch.H200, None, 2, 2)
-    assert (p.fwd_branch, p.block_n) == ("chunks", chunk), p
-
-
 @pytest.mark.parametrize(
     "n, x_bytes, branch, chunk, warps",
     [
-        (12800, 2, "chunks", 8192, 8),
-        (13312, 2, "chunks", 8192, 8),
-        (15872, 2, "chunks", 8192, 8),
-        (12288, 2, "chunks", 4096, 16),  # 4096 lanes divide it: 8192 would pad a quarter
-        (13312, 4, "quarter_chunks", 4096, 16),  # float32: too many bytes in flight on 8 warps
+        (3072, 2, "chunks", 512, 4),  # rows of up to WIDE_FWD_CHUNK: 4 lanes a thread
+        (4608, 2, "chunks", 4096, 8),  # wider: chunks of WIDE_FWD_CHUNK, a last one an eighth data
+        (7680, 2, "chunks", 4096, 8),
+        (8704, 2, "chunks", 4096, 16),  # 8 warps would keep over L2_SHARE of L2 in flight
+        (15872, 2, "chunks", 4096, 16),
+        (3072, 4, "chunks", 1024, 8),
+        (7680, 4, "chunks", 4096, 16),
+        (8192, 2, "rows_of_16k", 4096, 16),
+        (4096, 4, "rows_of_16k", 4096, 16),
+        (16384, 2, "quarter_chunks", 4096, 16),
+        (13312, 4, "quarter_chunks", 4096, 16),  # float32: too many bytes in flight even on 16 warps
+        (24576, 2, "quarter_chunks", 8192, 32),
+        (12295, 2, "unaligned_chunks", 1024, 8),
+        (12295, 4, "unaligned_chunks", 2048, 16),
     ],
 )
-def test_16_bit_rows_that_8192_lanes_pad_no_more_than_4096_take_them_on_8_warps(n, x_bytes, branch, chunk, warps):
+def test_the_two_pass_forward_takes_chunks_of_4096_lanes_past_4096_on_warps_the_l2_allows(
+    n, x_bytes, branch, chunk, warps
+):
+    """On an H200: the plans that the forward's rules give, as fitted (docs/backward-design.md)."""
     p = launch.plan(20000, n, launch.H200, None, x_bytes, x_bytes)
     assert (p.fwd_branch, p.block_n, p.fwd_warps) == (branch, chunk, warps), p
 
@@ -293,13 +295,16 @@ class Case:
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
 BRANCH_CASES = [
     Case("fwd", "residual_wide_rows", "H200", (2, 16384), BF16, residual=True),
-    Case("fwd", "one_chunk", "H200", (3, 4096), F32),
+    Case("fwd", "rows_of_16k", "H200", (3, 4096), F32),  # one chunk
+    Case("fwd", "rows_of_16k", "H200", (3, 8192), BF16),  # two chunks of WIDE_FWD_CHUNK
     Case("fwd", "chunks", "H200", (5, 3072), BF16),  # whole chunks
     Case("fwd", "chunks", "H200", (5, 3000), BF16),  # a partial last chunk
     Case("fwd", "chunks", "H200", (2, 9216), BF16, F32),  # past ROW_LIMIT
     Case("fwd", "chunks", "H200", (2, 12288), BF16),  # past ROW_LIMIT, whole chunks of WIDE_FWD_CHUNK
     Case("fwd", "chunks", "H200", (2, 10240), F16),  # past ROW_LIMIT, a last chunk half data
-    Case("fwd", "chunks", "H200", (2, 13312), BF16),  # past ROW_LIMIT, chunks of LONG_FWD_CHUNK
+    Case("fwd", "chunks", "H200", (2, 5120), BF16),  # chunks of WIDE_FWD_CHUNK, a last chunk a quarter data
+    Case("fwd", "unaligned_chunks", "H200", (2, 12295), BF16, F32),  # rows off 16-byte boundaries
+    Case("fwd", "unaligned_chunks", "H200", (2, 12295), F32),
     Case("fwd", "quarter_chunks", "H200", (2, 16384), BF16),
     Case("fwd", "quarter_chunks", "small", (2, 9216), BF16),  # rows in flight too many for its L2
     Case("fwd", "whole_rows", "H200", (17, 1000), BF16),

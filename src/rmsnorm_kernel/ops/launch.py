@@ -46,20 +46,20 @@ WIDE_TILE_ROW_LANES = 512
 RESIDUAL_MIN_WARPS = 4
 UNALIGNED_FWD_PROGRAMS_PER_SM = 2
 UNALIGNED_FWD_STAGES = 2
+# Rows of exactly TWO_PASS_ROW_BYTES, a power of two (bfloat16 8192, float32 4096): the two-pass forward
+# on TWO_PASS_WARPS, in chunks of at most WIDE_FWD_CHUNK lanes
 TWO_PASS_ROW_BYTES = 16 * 1024
-TWO_PASS_WARPS = 8
-L2_SHARE = 0.4
+TWO_PASS_WARPS = 16
+# The two-pass forward's warps: the fewest of CHUNKED_FWD_WARPS whose rows in flight fit L2_SHARE of L2
+L2_SHARE = 0.28
 CHUNKED_FWD_WARPS = (4, 8, 16)
 CHUNK_ELEMENTS_PER_THREAD = 4
-# Rows past ROW_LIMIT take chunks of this many lanes whatever the warps (fewer, longer steps along the
-# row) where the last chunk is at least half data
+# Rows wider than WIDE_FWD_CHUNK take chunks of that many lanes whatever the warps (fewer, longer steps
+# along the row, whose count the kernel knows at compile time)
 WIDE_FWD_CHUNK = 4096
-# ... and chunks of LONG_FWD_CHUNK lanes on LONG_FWD_WARPS where those pad the row no more than
-# WIDE_FWD_CHUNK ones and the rows in flight fit LONG_ROW_L2_SHARE of L2 (on an H200: 16-bit rows of
-# 12289-16383)
-LONG_FWD_CHUNK = 8192
-LONG_FWD_WARPS = 8
-LONG_ROW_L2_SHARE = 0.6
+# Rows off a 16-byte boundary wider than ROW_LIMIT: chunks of CHUNK_ELEMENTS_PER_THREAD lanes a thread on
+# UNALIGNED_CHUNK_WARPS[x_bytes] warps (one- or two-element loads: wider chunks hold more registers)
+UNALIGNED_CHUNK_WARPS = {2: 8, 4: 16, 8: 16}
 LOOP_FWD_MAX_CHUNK = 32768
 PADDED_LOOP_FWD_MAX_CHUNK = 8192
 # With a residual, rows past ROW_LIMIT of up to this many lanes, mostly data (N > 3/4 of the lanes), take
@@ -103,8 +103,9 @@ DEFAULT_SMEM_BYTES = 48 * 1024
 #: The forward's branches, in the order ``_forward`` tries them.
 FORWARD_BRANCHES = (
     "residual_wide_rows",
-    "one_chunk",
+    "rows_of_16k",
     "chunks",
+    "unaligned_chunks",
     "quarter_chunks",
     "whole_rows",
     "whole_rows_persistent",
@@ -219,10 +220,15 @@ def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, residual: bool
         )
     two_pass = dict(fwd_two_pass=True, fwd_block_m=1, fwd_programs=rows, fwd_stages=1)
     if block_n <= ROW_LIMIT and aligned and block_n * x_bytes == TWO_PASS_ROW_BYTES and block_n == n:
-        return dict(fwd_branch="one_chunk", looped=False, block_n=block_n, fwd_warps=TWO_PASS_WARPS, **two_pass)
+        chunk = min(n, WIDE_FWD_CHUNK)
+        return dict(fwd_branch="rows_of_16k", looped=False, block_n=chunk, fwd_warps=TWO_PASS_WARPS, **two_pass)
     if aligned and block_n != n and n > WHOLE_ROW_FWD_LIMIT and (chunked := chunked_forward(n, x_bytes, gpu)):
         chunk, warps = chunked
         return dict(fwd_branch="chunks", looped=block_n > ROW_LIMIT, block_n=chunk, fwd_warps=warps, **two_pass)
+    if not aligned and block_n > ROW_LIMIT:
+        warps = UNALIGNED_CHUNK_WARPS[x_bytes]
+        chunk = CHUNK_ELEMENTS_PER_THREAD * 32 * warps
+        return dict(fwd_branch="unaligned_chunks", looped=True, block_n=chunk, fwd_warps=warps, **two_pass)
     if block_n > ROW_LIMIT:
         chunk, warps = looped_forward_chunk(n)
         return dict(fwd_branch="quarter_chunks", looped=True, block_n=chunk, fwd_warps=warps, **two_pass)
@@ -245,28 +251,16 @@ def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, residual: bool
 def chunked_forward(n: int, x_bytes: int, gpu: Gpu) -> tuple[int, int] | None:
     """(chunk, warps) of the two-pass forward: the fewest of ``CHUNKED_FWD_WARPS`` that keep the rows in
     flight (one per program a multiprocessor holds) within ``L2_SHARE`` of L2, so that the second pass
-    reads the row from L2; None when none does. Chunks of ``CHUNK_ELEMENTS_PER_THREAD`` lanes a thread,
-    or ``WIDE_FWD_CHUNK`` lanes for rows wider than ``ROW_LIMIT`` whose last such chunk is at least half
-    data (N = 10240, 11264, 12288, 20480; not 9216 or 13312). Before those: rows wider than ``ROW_LIMIT``
-    that ``LONG_FWD_CHUNK`` lanes pad no more than ``WIDE_FWD_CHUNK`` lanes do take them on
-    ``LONG_FWD_WARPS``, while their rows in flight fit ``LONG_ROW_L2_SHARE`` of L2 (on an H200: 16-bit N of
-    12289-16383, such as 12800 and 15872; not 12288, which 4096 lanes divide)."""
+    reads the row from L2; None when none does. Chunks of ``WIDE_FWD_CHUNK`` lanes for rows wider than
+    that, of ``CHUNK_ELEMENTS_PER_THREAD`` lanes a thread otherwise. On an H200: 16-bit rows of up to 4170
+    on 4 warps, up to 8341 on 8, up to 16682 on 16; float32 rows up to 4170 on 8, up to 8341 on 16."""
 
     def in_flight(warps: int) -> int:
         return gpu.threads_per_sm // (32 * warps) * gpu.sms * n * x_bytes
 
-    def padded(chunk: int) -> int:
-        return triton.cdiv(n, chunk) * chunk
-
-    long_rows = n > ROW_LIMIT and padded(LONG_FWD_CHUNK) <= padded(WIDE_FWD_CHUNK)
-    if long_rows and in_flight(LONG_FWD_WARPS) <= LONG_ROW_L2_SHARE * gpu.l2_bytes:
-        return LONG_FWD_CHUNK, LONG_FWD_WARPS
     for warps in CHUNKED_FWD_WARPS:
         if in_flight(warps) <= L2_SHARE * gpu.l2_bytes:
-            last = n % WIDE_FWD_CHUNK
-            if n > ROW_LIMIT and (last == 0 or 2 * last >= WIDE_FWD_CHUNK):
-                return WIDE_FWD_CHUNK, warps
-            return CHUNK_ELEMENTS_PER_THREAD * 32 * warps, warps
+            return (WIDE_FWD_CHUNK if n > WIDE_FWD_CHUNK else CHUNK_ELEMENTS_PER_THREAD * 32 * warps), warps
     return None
 
 
