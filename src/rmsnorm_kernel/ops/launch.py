@@ -10,8 +10,8 @@ The rules are the code below, in this order:
 - ``_forward`` picks one of ``FORWARD_BRANCHES`` from N, the element size, whether rows are read in
   16-byte vectors, whether a residual is added and whether their rows in flight fit the GPU's L2
   (``chunked_forward``); the tile comes from ``whole_row_tile``, ``chunked_forward`` or
-  ``looped_forward_chunk``, and rows read without 16-byte vectors get a persistent grid sized by the
-  multiprocessors.
+  ``looped_forward_chunk``. Rows read without 16-byte vectors take chunks past ``ROW_LIMIT``
+  (``UNALIGNED_CHUNK_WARPS``), and otherwise a persistent grid sized by the multiprocessors.
 - ``_backward`` picks one of ``BACKWARD_BRANCHES`` from N; the tile comes from ``backward_tile``, smaller
   for problems of few rows; narrow 16-bit rows sum dgamma per tile element when programs take several
   tiles; its persistent grid, sized by the multiprocessors alone, is also the number of rows of dgamma
