@@ -51,7 +51,7 @@ VARIANTS: dict[str, dict[str, float]] = {
     "narrow_off": {"NARROW_ROW_BYTES": 0},
     # whole rows padded to a power of two for every N up to ROW_LIMIT, instead of chunks
     "whole_rows_fwd": {"WHOLE_ROW_FWD_LIMIT": 8192},
-    # the chunked forward: half the L2 share, so more warps and fewer programs
+    # the chunked forward: a smaller L2 share, so more warps and fewer programs
     "l2_share_0.2": {"L2_SHARE": 0.2},
     # whole-row backward: tiles of 8 KiB, one pipeline stage fewer
     "bwd_tile_8k": {"BWD_TILE_BYTES": 8192},
