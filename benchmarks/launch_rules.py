@@ -6,7 +6,7 @@ one kernel by each of a small family of alternatives and times the kernel alone,
 (the sweep's large regime), so that a rule can be read off many N at once:
 
 - ``fwd``: the two-pass forward over chunks of (512 to 4096 elements) x (4 to 16 warps), against the
-  shipped forward (whole rows, one chunk, or quarter rows as the rules choose);
+  shipped forward (whole rows, chunks, or quarter rows as the rules choose);
 - ``bwd`` with whole rows: tiles of 1 to 16 rows, 4 or 8 warps, 3 or 4 pipeline stages; with looped rows
   (N > ROW_LIMIT): the row statistics' chunk and warps;
 - ``vec1`` in both: the shipped plan with vector loads of one element, what the kernels did before they

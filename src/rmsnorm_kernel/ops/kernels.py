@@ -304,10 +304,10 @@ def _rmsnorm_fwd_chunked_kernel(
     ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
     # One program per row (a persistent loop over rows measured slower, docs/performance-notes.md).
     # N is a compile-time constant here, one compiled kernel per row width: with the loops' trip count
-    # and the last chunk's mask known, the same plans ran 5-17% faster at N = 5632-24576 on an H200
-    # (docs/backward-design.md).
-    # The count's place here was measured (docs/performance-notes.md): between the passes 12295 bf16
-    # gains 14%, but there or at the end 8192 and 12800 bf16 lose 17-22%.
+    # and the last chunk's mask known, the same plans ran 10-18% faster at aligned N = 5632-24576 on an
+    # H200 (slower in one 8192-lane chunk and at rows off 16 bytes: the plans were refitted with N known,
+    # docs/backward-design.md). The count's place was measured with N at run time
+    # (docs/performance-notes.md): between the passes 12295 bf16 gained 14%, 8192 and 12800 lost 17-22%.
     if tl.program_id(0) == 0:  # count the call on the device
         tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     stride_x, stride_y = stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads (N is known)

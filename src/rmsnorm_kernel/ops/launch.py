@@ -58,7 +58,8 @@ CHUNK_ELEMENTS_PER_THREAD = 4
 # along the row, whose count the kernel knows at compile time)
 WIDE_FWD_CHUNK = 4096
 # Rows off a 16-byte boundary wider than ROW_LIMIT: chunks of CHUNK_ELEMENTS_PER_THREAD lanes a thread on
-# UNALIGNED_CHUNK_WARPS[x_bytes] warps (one- or two-element loads: wider chunks hold more registers)
+# UNALIGNED_CHUNK_WARPS[x_bytes] warps (loads narrower than 16 bytes: wider chunks held more registers;
+# fitted at N = 12295)
 UNALIGNED_CHUNK_WARPS = {2: 8, 4: 16, 8: 16}
 LOOP_FWD_MAX_CHUNK = 32768
 PADDED_LOOP_FWD_MAX_CHUNK = 8192
