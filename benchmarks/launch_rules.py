@@ -37,7 +37,7 @@ import torch
 import triton
 from triton.testing import do_bench
 
-from rmsnorm_kernel.ops import counters, kernels, launch
+from rmsnorm_kernel.ops import kernels, launch
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.tolerances import compare
@@ -116,19 +116,17 @@ def run_item(kind: str, dtype_name: str, n: int, device: str, bench, x_bytes_tot
     dtype = DTYPES[dtype_name]
     rows = max(1, x_bytes_total // (n * dtype.itemsize))
     x, gamma, dy = make_inputs((rows, n), dtype, device)
-    counts = torch.zeros(2, dtype=torch.int64, device=device)  # alive while the kernels count into it
-    calls = counters.addresses(counts)
     gpu = launch.gpu_for(x)
     base = launch.plan_for(x, gamma)
     copy_out = torch.empty_like(x)
     copy_ms = bench(lambda: copy_out.copy_(x))
     if kind == "fwd":
         variants = forward_variants(base, rows)
-        run = lambda p: (kernels.rmsnorm_forward(x, gamma, EPS, calls, p),)  # noqa: E731
+        run = lambda p: (kernels.rmsnorm_forward(x, gamma, EPS, p),)  # noqa: E731
         units = 1.0
     else:
         variants = backward_variants(base, rows, n, dtype.itemsize, gpu)
-        run = lambda p: kernels.rmsnorm_backward(dy, x, gamma, EPS, calls, p)  # noqa: E731
+        run = lambda p: kernels.rmsnorm_backward(dy, x, gamma, EPS, p)  # noqa: E731
         units = 1.5
     expected = run(base)
     for name, p in variants.items():

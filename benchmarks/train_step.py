@@ -306,16 +306,19 @@ def measure(
     path: str, mode: str, dtype_name: str, sizes: dict, steps: int, warmup: int, own: tuple, device: str = "cuda"
 ) -> dict:
     """One row: warm-up, timed steps between two reads of the call counters, profiled steps."""
-    from rmsnorm_kernel import call_counts
+    from rmsnorm_kernel import call_counts, counting
 
     step = make_step(path, mode, DTYPES[dtype_name], sizes, device)
     first_loss = float(step().detach())  # read at once: a later replay would overwrite it
     for _ in range(warmup - 1):
         step()
-    before = call_counts()
     times, host = wall_times(step, steps)
-    calls = count_delta(before, call_counts())
     profile = summarize(profile_kernels(step, PROFILE_STEPS), PROFILE_STEPS, own)
+    with counting():  # steps of their own: counting is off while steps are timed (torch.compile recompiles)
+        before = call_counts()
+        for _ in range(steps):
+            step()
+        calls = count_delta(before, call_counts())
     last_loss = float(step().detach())
     return dict(
         path=path,

@@ -19,3 +19,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def counting_calls():
+    """Every test counts the Triton path's calls (``counters.counting``), so that any test can read them
+    with ``call_counts()``; ``test_counters.py`` checks what happens with counting off."""
+    from rmsnorm_kernel.ops.counters import counting
+
+    with counting():
+        yield

@@ -26,6 +26,7 @@ _API = {
     "RMSNorm": "ops.module",
     "backend": "ops.backend",
     "call_counts": "ops.counters",
+    "counting": "ops.counters",
     "manual_backward": "ops.reference",
     "oracle": "ops.reference",
     "reset_call_counts": "ops.counters",

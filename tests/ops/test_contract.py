@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from rmsnorm_kernel import ContractError, call_counts, rmsnorm
-from rmsnorm_kernel.ops import counters
 from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.testing import CONTRACT_VIOLATIONS, kernel_launches_forbidden
 
@@ -37,7 +36,7 @@ def test_contract_violation_is_refused_naming_its_argument_before_any_kernel(nam
 def test_direct_op_call_is_checked_too(device, no_kernel_may_run):
     with pytest.raises(ContractError, match="x has dtype torch.complex64"):
         x = torch.randn(2, 4, dtype=torch.complex64, device=device)
-        torch.ops.rmsnorm_kernel.rmsnorm(x, torch.ones(4, device=device), 1e-6, counters.calls(x.device))
+        torch.ops.rmsnorm_kernel.rmsnorm(x, torch.ones(4, device=device), 1e-6)
 
 
 def test_max_n_is_65536():

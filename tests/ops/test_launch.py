@@ -14,7 +14,7 @@ import pytest
 import torch
 import triton
 
-from rmsnorm_kernel.ops import counters, kernels, launch
+from rmsnorm_kernel.ops import kernels, launch
 from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.reference import add_oracle, oracle
 from rmsnorm_kernel.ops.tolerances import compare
@@ -333,23 +333,21 @@ def test_each_branch_matches_the_oracle(case, device):
     gpu = GPUS[case.gpu]
     p = launch.plan(rows, n, gpu, launch.vector_width(n, x), x.element_size(), gamma.element_size(), case.residual)
     assert getattr(p, f"{case.direction}_branch") == case.branch, p
-    calls = torch.zeros(2, dtype=torch.int64, device=device)
     y_ref, dx_ref, dgamma_ref = oracle(x, gamma, dy)
     if case.residual:
         residual, _, dh = make_inputs(case.shape, case.dtype, device, seed=1)
         y_ref, h_ref, *_ = add_oracle(x, residual, gamma, dy, dh)
-        y, h = kernels.rmsnorm_forward(x, gamma, 1e-6, counters.addresses(calls), p, residual=residual)
+        y, h = kernels.rmsnorm_forward(x, gamma, 1e-6, p, residual=residual)
         got = {"y": (y, y_ref, None), "h": (h, h_ref, None)}
     elif case.direction == "fwd":
-        got = {"y": (kernels.rmsnorm_forward(x, gamma, 1e-6, counters.addresses(calls), p), y_ref, None)}
+        got = {"y": (kernels.rmsnorm_forward(x, gamma, 1e-6, p), y_ref, None)}
     else:
-        dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, counters.addresses(calls), p)
+        dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, p)
         # dgamma of half x summed into float32 gamma: judged at x's precision, as everywhere
         got = {"dx": (dx, dx_ref, None), "dgamma": (dgamma, dgamma_ref, case.gamma_dtype and case.dtype)}
     for name, (value, want, dtype) in got.items():
         c = compare(value, want, dtype)
         assert c.ok, f"{name}: max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} over {c.tolerance}"
-    assert calls.tolist() == ([1, 0] if case.direction == "fwd" else [0, 1])
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ import torch
 
 from ..ops import kernels
 from ..ops.backend import kernel_device_type
-from ..ops.counters import call_counts
+from ..ops.counters import call_counts, counting
 from ..ops.reference import DEFAULT_EPS
 from ..ops.tolerances import compare
 from ..training.network import build_network
@@ -135,6 +135,7 @@ def count_graphs(graphs: list):
     return backend
 
 
+@counting()
 def compile_report(code_dir: Path, batch: int = 8, device: str | None = None) -> CompileReport:
     """Compile ``demo_network()`` with ``fullgraph=True``, save Inductor's code to ``code_dir``, locate the
     custom op."""

@@ -20,7 +20,7 @@ import torch
 
 from ..ops.backend import kernel_device_type
 from ..ops.contract import ContractError
-from ..ops.counters import call_counts
+from ..ops.counters import call_counts, counting
 from ..ops.op import rmsnorm
 from ..testing import CONTRACT_VIOLATIONS, KernelLaunched, Violation, kernel_launches_forbidden, make_inputs
 from .campaigns import FULL_SHAPES, CampaignCase, run_campaign
@@ -109,6 +109,7 @@ def _mutant_case(campaign: str, shapes, device: str) -> tuple[NegativeCase, list
     )
 
 
+@counting()  # a refusal must leave the counts where they were
 def negative_checks(
     violations: Iterable[Violation] | None = None,
     mutant_shapes: Iterable[Sequence[int]] = FULL_SHAPES,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..ops.backend import kernel_device_type
-from ..ops.counters import call_counts
+from ..ops.counters import call_counts, counting
 from ..ops.op import rmsnorm
 from ..ops.reference import DEFAULT_EPS, rmsnorm_reference
 from ..testing import make_inputs
@@ -58,6 +58,7 @@ def _count_events(prof, on_gpu: bool) -> tuple[int, dict[str, int]]:
     return sum(names.values()), names
 
 
+@counting()
 def profile_counts(shape: Sequence[int] = (64, 257), device: str | None = None) -> list[ProfileRow]:
     """Kernels (GPU) or operator calls (CPU) of one forward and one forward+backward of each path.
 

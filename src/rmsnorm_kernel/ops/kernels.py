@@ -44,11 +44,8 @@ Rows are addressed through their row stride (the last dimension contiguous), so 
 ``x[:, :N]`` of a wider tensor is read in place; any other layout is copied once (``as_rows``), and a
 gamma that is not contiguous too. Row offsets are 64-bit: ``row * stride`` may pass 2**31.
 
-Each call counts itself on the device: program 0 of the forward kernel and of the first backward kernel
-adds 1 to a count whose address it reads from ``CALLS`` (``counters.py``: the first address for the
-forward, the second for the backward), so a call replayed from a CUDA graph is counted like any other.
-The add is relaxed: the count orders no other memory access, and an ordered add holds program 0 (and so
-a small call) back for longer.
+The kernels write only their outputs and scratch buffers: counting calls is the op's job
+(``counters.py``), so the kernels' registers and schedule do not depend on it.
 
 The launchers run eagerly, and also while ``torch.compile`` traces the registered op with fake tensors
 (``op.py``), with ``launch=torch.library.wrap_triton``: every kernel launch then goes into the graph, and
@@ -60,7 +57,7 @@ is.
 
 The launchers assume arguments that passed ``contract.check_forward``. An x with no rows launches no
 kernel (a grid of zero programs is an error in some Triton versions, and there is nothing to compute):
-y and dx come back empty, dgamma as zeros (a sum over no rows), and the call is not counted.
+y and dx come back empty, dgamma as zeros (a sum over no rows).
 """
 
 from __future__ import annotations
@@ -128,7 +125,6 @@ def _rmsnorm_fwd_kernel(
     H,
     GAMMA,
     Y,
-    CALLS,
     M,
     N,
     stride_x,
@@ -156,12 +152,6 @@ def _rmsnorm_fwd_kernel(
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
     gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(ACC), WEIGHT_OFFSET)
-    # Count the call on the device, so that CUDA graph replays count too. Here, just before the loop: where
-    # the count goes changes ptxas's registers and schedule. At the top, the persistent forward of 4097
-    # 16-bit lanes took 161 registers a thread, one 256-thread program a multiprocessor (772 us at
-    # 65520 x 4097 bf16 on an H200); here 128, two programs (448 us); at the end, 461 us.
-    if tl.program_id(0) == 0:
-        tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     for tile in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64: rows * stride may pass 2**31
         mask = (rows < M)[:, None] & col_mask[None, :]
@@ -199,7 +189,6 @@ def _rmsnorm_bwd_kernel(
     GAMMA,
     DX,
     PARTIAL,
-    CALLS,
     M,
     N,
     stride_dy,
@@ -221,8 +210,6 @@ def _rmsnorm_bwd_kernel(
     ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
-    if pid == 0:  # count the call on the device
-        tl.atomic_add(tl.load(CALLS + 1).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     N = N // VEC * VEC  # vector loads
     stride_dy, stride_x, stride_dx = stride_dy // VEC * VEC, stride_x // VEC * VEC, stride_dx // VEC * VEC
     stride_dh = stride_dh // VEC * VEC
@@ -284,7 +271,6 @@ def _rmsnorm_fwd_chunked_kernel(
     H,
     GAMMA,
     Y,
-    CALLS,
     N: tl.constexpr,
     stride_x,
     stride_res,
@@ -306,10 +292,7 @@ def _rmsnorm_fwd_chunked_kernel(
     # N is a compile-time constant here, one compiled kernel per row width: with the loops' trip count
     # and the last chunk's mask known, the same plans ran 10-18% faster at aligned N = 5632-24576 on an
     # H200 (slower in one 8192-lane chunk and at rows off 16 bytes: the plans were refitted with N known,
-    # docs/backward-design.md). The count's place was measured with N at run time
-    # (docs/performance-notes.md): between the passes 12295 bf16 gained 14%, 8192 and 12800 lost 17-22%.
-    if tl.program_id(0) == 0:  # count the call on the device
-        tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
+    # docs/backward-design.md).
     stride_x, stride_y = stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads (N is known)
     stride_res, stride_h = stride_res // VEC * VEC, stride_h // VEC * VEC
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride may pass 2**31
@@ -375,7 +358,6 @@ def _rmsnorm_bwd_row_stats_kernel(
     GAMMA,
     RSTD,
     COEF,
-    CALLS,
     N,
     stride_dy,
     stride_x,
@@ -390,8 +372,6 @@ def _rmsnorm_bwd_row_stats_kernel(
 ):
     ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
     # Per row: r, and coef = r^3 * mean(u * x), the two numbers dx = r * u - x * coef needs.
-    if tl.program_id(0) == 0:  # count the call on the device
-        tl.atomic_add(tl.load(CALLS + 1).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     N, stride_dy, stride_x = N // VEC * VEC, stride_dy // VEC * VEC, stride_x // VEC * VEC  # vector loads
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
@@ -548,7 +528,6 @@ def rmsnorm_forward(
     x: torch.Tensor,
     gamma: torch.Tensor,
     eps: float,
-    calls: torch.Tensor,
     p: Plan | None = None,
     launch: Callable = direct,
     activation: str | None = None,
@@ -560,9 +539,8 @@ def rmsnorm_forward(
     ``activation="silu"``; in ``mode``'s numerics and ``reference.output_dtype``. With a ``residual`` of
     x's shape: ``(y, h)``, where h = x + residual in ``reference.residual_dtype`` and y is the norm of h
     as stored, in x's ``output_dtype`` still (a float32 h of ``residual_in_fp32`` leaves y in x's
-    dtype). ``calls``: ``counters.calls(x.device)``, whose forward count the kernel increments (not for
-    an x with no rows: nothing is launched). ``launch(kernel)`` gives what is launched: the kernel itself,
-    or ``wrap_triton(kernel)`` while torch.compile traces."""
+    dtype). ``launch(kernel)`` gives what is launched: the kernel itself, or ``wrap_triton(kernel)``
+    while torch.compile traces."""
     h_dtype = x.dtype if residual is None else residual_dtype(x.dtype, residual.dtype, residual_in_fp32)
     y = torch.empty(x.shape, dtype=output_dtype(x.dtype, gamma.dtype, mode), device=x.device)
     h = None if residual is None else torch.empty(x.shape, dtype=h_dtype, device=x.device)
@@ -585,7 +563,6 @@ def rmsnorm_forward(
             h2,
             gamma,
             y,
-            calls,
             n,
             x2.stride(0),
             res2.stride(0),
@@ -610,7 +587,6 @@ def rmsnorm_forward(
             h2,
             gamma,
             y,
-            calls,
             rows,
             n,
             x2.stride(0),
@@ -637,7 +613,6 @@ def rmsnorm_backward(
     x: torch.Tensor,
     gamma: torch.Tensor,
     eps: float,
-    calls: torch.Tensor,
     p: Plan | None = None,
     launch: Callable = direct,
     activation: str | None = None,
@@ -648,8 +623,7 @@ def rmsnorm_backward(
     ``activation="silu"``, dy is the gradient of the forward's silu(y); in ``mode``'s numerics. With
     ``dh`` (x is then h = x + residual, which the forward also returned, and dh that output's gradient),
     dx is h's whole gradient, the norm's plus dh: the gradient of both x and the residual.
-    ``calls``: ``counters.calls(x.device)``, whose backward count the first kernel increments (not for
-    an x with no rows: nothing is launched, and dgamma, a sum over no rows, is zeros). ``launch`` as in
+    An x with no rows launches nothing, and dgamma, a sum over no rows, is zeros. ``launch`` as in
     ``rmsnorm_forward``."""
     if x.numel() == 0:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.zeros_like(gamma)
@@ -677,7 +651,6 @@ def rmsnorm_backward(
             gamma,
             rstd,
             coef,
-            calls,
             n,
             sdy,
             sx,
@@ -726,7 +699,6 @@ def rmsnorm_backward(
             gamma,
             dx,
             partial,
-            calls,
             rows,
             n,
             sdy,

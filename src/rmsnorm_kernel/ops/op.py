@@ -1,24 +1,24 @@
-"""The Triton path as a PyTorch operator: ``torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps, calls, activation,
-mode)``, where ``calls`` is ``counters.calls(x.device)`` (``rmsnorm()`` passes it), ``activation`` is None or
-``"silu"`` (the norm followed by SiLU, in the same kernels) and ``mode`` one of ``reference.MODES``.
+"""The Triton path as PyTorch operators, and ``rmsnorm()``, the function that reaches them.
 
-On a GPU it is registered with ``torch.library.triton_op``: under ``torch.compile`` the op's Python runs
-once, at trace time, with fake tensors, and puts its kernel launches (``wrap_triton``) and its launch
-plan into the graph. The code Inductor generates then launches the kernels itself, with no Python of
-this package per call, and a step under ``mode="reduce-overhead"`` is captured whole in a CUDA graph.
-The autograd formula calls a second op, ``rmsnorm_kernel::rmsnorm_backward``, registered the same way.
+Three ops, each one direction of the kernels, none writing anything but its outputs:
+``torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps, activation=None, mode="torch")``,
+``rmsnorm_kernel::rmsnorm_backward`` (dx and dgamma) and ``rmsnorm_kernel::add_rmsnorm`` (the norm with a
+fused residual add). ``rmsnorm`` and ``add_rmsnorm`` carry their autograd formula, so the ops are
+differentiable when called directly, and ``torch.export`` keeps them as single nodes of a saved program.
 
-Under Triton's interpreter (no GPU) both are ``torch.library.custom_op``s with fake implementations:
-torch.compile cannot trace interpreted kernels (``wrap_triton`` hands them back unwrapped), so there
-each op stays one opaque node of the graph. The schemas, the autograd formula and the eager behaviour
-are the same.
+On a GPU they are registered with ``torch.library.triton_op``: under ``torch.compile`` the op's Python runs
+once, at trace time, with fake tensors, and puts its kernel launches (``wrap_triton``) and its launch plan
+into the graph; the code Inductor generates then launches the kernels itself, and a step under
+``mode="reduce-overhead"`` is captured whole in a CUDA graph. Under Triton's interpreter (no GPU) they are
+``torch.library.custom_op``s with fake implementations: torch.compile cannot trace interpreted kernels
+(``wrap_triton`` hands them back unwrapped), so there each op stays one opaque node of the graph.
 
-``rmsnorm()`` takes the op while ``torch.compile`` traces, and for tensor subclasses. In eager code it
-checks the contract once and calls the launchers directly, through a plain ``torch.autograd.Function``
-when a gradient is needed or a torch.func transform (``grad``, ``vjp``, ``jacrev``, ``vmap``) runs: the
-custom op's dispatch (autograd wrapper, fake-tensor bookkeeping, a second contract check) costs tens of
-microseconds a call, most of the time of a small RMSNorm on a GPU. Every route runs the same kernels
-with the same plan and gives the same bits.
+``rmsnorm()`` takes one route in each direction: ``_RMSNormFunction`` (``_AddRMSNormFunction`` with a
+residual), whose forward and backward call ``_forward`` and ``_backward``. Those launch the kernels
+directly in eager code, where the ops' dispatch would cost more host time than a small norm's kernels,
+and call the ops while torch.compile or torch.export traces and for tensor subclasses. The same kernels
+run with the same plan either way and give the same bits. With counting on (``counters.counting()``),
+the Function also calls ``rmsnorm_kernel::count_call`` once per direction.
 """
 
 from __future__ import annotations
@@ -45,19 +45,12 @@ def _register(name: str, fn, fake):
     return op
 
 
-# ``calls`` is ``counters.calls(x.device)``: the kernels count the call through the addresses it holds.
-
-
-def _rmsnorm_impl(
-    x: Tensor, gamma: Tensor, eps: float, calls: Tensor, activation: str | None = None, mode: str = "torch"
-) -> Tensor:
+def _rmsnorm_impl(x: Tensor, gamma: Tensor, eps: float, activation: str | None = None, mode: str = "torch") -> Tensor:
     check_forward(x, gamma, eps, activation, mode)
-    return kernels.rmsnorm_forward(x, gamma, eps, calls, launch=wrap_triton, activation=activation, mode=mode)
+    return kernels.rmsnorm_forward(x, gamma, eps, launch=wrap_triton, activation=activation, mode=mode)
 
 
-def _rmsnorm_fake(
-    x: Tensor, gamma: Tensor, eps: float, calls: Tensor, activation: str | None = None, mode: str = "torch"
-) -> Tensor:
+def _rmsnorm_fake(x: Tensor, gamma: Tensor, eps: float, activation: str | None = None, mode: str = "torch") -> Tensor:
     check_forward(x, gamma, eps, activation, mode)
     # contiguous, as the kernel writes it
     return torch.empty(x.shape, dtype=output_dtype(x.dtype, gamma.dtype, mode), device=x.device)
@@ -68,14 +61,11 @@ def _rmsnorm_backward_impl(
     x: Tensor,
     gamma: Tensor,
     eps: float,
-    calls: Tensor,
     activation: str | None = None,
     mode: str = "torch",
     dh: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    return kernels.rmsnorm_backward(
-        dy, x, gamma, eps, calls, launch=wrap_triton, activation=activation, mode=mode, dh=dh
-    )
+    return kernels.rmsnorm_backward(dy, x, gamma, eps, launch=wrap_triton, activation=activation, mode=mode, dh=dh)
 
 
 def _rmsnorm_backward_fake(
@@ -83,7 +73,6 @@ def _rmsnorm_backward_fake(
     x: Tensor,
     gamma: Tensor,
     eps: float,
-    calls: Tensor,
     activation: str | None = None,
     mode: str = "torch",
     dh: Tensor | None = None,
@@ -96,7 +85,6 @@ def _add_rmsnorm_impl(
     residual: Tensor,
     gamma: Tensor,
     eps: float,
-    calls: Tensor,
     activation: str | None = None,
     mode: str = "torch",
     residual_in_fp32: bool = False,
@@ -107,7 +95,6 @@ def _add_rmsnorm_impl(
         x,
         gamma,
         eps,
-        calls,
         launch=wrap_triton,
         activation=activation,
         mode=mode,
@@ -121,7 +108,6 @@ def _add_rmsnorm_fake(
     residual: Tensor,
     gamma: Tensor,
     eps: float,
-    calls: Tensor,
     activation: str | None = None,
     mode: str = "torch",
     residual_in_fp32: bool = False,
@@ -138,49 +124,83 @@ _rmsnorm_backward_op = _register("rmsnorm_kernel::rmsnorm_backward", _rmsnorm_ba
 _add_rmsnorm_op = _register("rmsnorm_kernel::add_rmsnorm", _add_rmsnorm_impl, _add_rmsnorm_fake)
 
 
+def _through_op(*tensors: Tensor) -> bool:
+    """Whether a call goes through the registered ops rather than straight to the launchers: while
+    torch.compile, torch.export or torch.jit.trace traces (a tracer records ops, not kernel launches), and
+    for tensor subclasses (fake tensors among them), which the ops' dispatch handles."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return True
+    return any(type(t) not in _PLAIN for t in tensors if t is not None)
+
+
+def _forward(x, gamma, eps, activation, mode, plan=None, residual=None, residual_in_fp32=False):
+    """The forward kernels: y, or (y, h) with a residual."""
+    if _through_op(x, gamma, residual):
+        if residual is None:
+            return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps, activation, mode)
+        return torch.ops.rmsnorm_kernel.add_rmsnorm(x, residual, gamma, eps, activation, mode, residual_in_fp32)
+    return kernels.rmsnorm_forward(
+        x, gamma, eps, plan, activation=activation, mode=mode, residual=residual, residual_in_fp32=residual_in_fp32
+    )
+
+
+def _backward(dy, x, gamma, eps, activation, mode, plan=None, dh=None) -> tuple[Tensor, Tensor]:
+    """The backward kernels: (dx, dgamma); with ``dh``, dx is the whole gradient of h."""
+    if torch.is_grad_enabled() or _through_op(dy, x, gamma, dh):
+        # Through the op also under create_graph=True: its own autograd refuses double backward with a
+        # message, where the launchers would return silently detached gradients.
+        return torch.ops.rmsnorm_kernel.rmsnorm_backward(dy, x, gamma, eps, activation, mode, dh)
+    return kernels.rmsnorm_backward(dy, x, gamma, eps, plan, activation=activation, mode=mode, dh=dh)
+
+
+def _count(counts: Tensor | None, direction: int) -> None:
+    if counts is not None:
+        counters.count_call(counts, direction)
+
+
+# The ops' own autograd formulas, for callers of the ops themselves (``rmsnorm()`` goes through the
+# Functions below, which add counting): the same ``_backward``.
+
+
 def _setup_context(ctx, inputs, output) -> None:
-    x, gamma, eps, calls, activation, mode = inputs
-    ctx.save_for_backward(x, gamma, calls)
-    ctx.eps = eps
-    ctx.activation = activation
-    ctx.mode = mode
+    x, gamma, eps, activation, mode = inputs
+    ctx.save_for_backward(x, gamma)
+    ctx.eps, ctx.activation, ctx.mode = eps, activation, mode
 
 
-def _backward(ctx, dy: Tensor):
-    x, gamma, calls = ctx.saved_tensors
-    dx, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(dy, x, gamma, ctx.eps, calls, ctx.activation, ctx.mode)
-    return dx, dgamma, None, None, None, None
+def _op_backward(ctx, dy: Tensor):
+    x, gamma = ctx.saved_tensors
+    dx, dgamma = _backward(dy, x, gamma, ctx.eps, ctx.activation, ctx.mode)
+    return dx, dgamma, None, None, None
 
 
-_rmsnorm_op.register_autograd(_backward, setup_context=_setup_context)
+_rmsnorm_op.register_autograd(_op_backward, setup_context=_setup_context)
 
 
 def _add_setup_context(ctx, inputs, output) -> None:
-    x, residual, gamma, eps, calls, activation, mode, _ = inputs
-    ctx.save_for_backward(output[1], gamma, calls)  # h, the norm's input
+    x, residual, gamma, eps, activation, mode, _ = inputs
+    ctx.save_for_backward(output[1], gamma)  # h, the norm's input
     ctx.eps, ctx.activation, ctx.mode = eps, activation, mode
     ctx.x_dtype, ctx.residual_dtype = x.dtype, residual.dtype
 
 
-def _add_backward(ctx, dy: Tensor | None, dh: Tensor | None):
-    h, gamma, calls = ctx.saved_tensors
+def _add_op_backward(ctx, dy: Tensor | None, dh: Tensor | None):
+    h, gamma = ctx.saved_tensors
+    return _add_grads(ctx, h, gamma, dy, dh) + (None,) * 4
+
+
+_add_rmsnorm_op.register_autograd(_add_op_backward, setup_context=_add_setup_context)
+
+
+def _add_grads(ctx, h: Tensor, gamma: Tensor, dy: Tensor | None, dh: Tensor | None) -> tuple:
+    """(dx, dresidual, dgamma) of the norm with a residual, from the gradients of y and h."""
     if dy is None:  # only h went on: an add's gradient, and none for gamma, as unfused code gives
-        return _only_h(ctx, dh) + (None,) * 6
-    dh_total, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(
-        dy, h, gamma, ctx.eps, calls, ctx.activation, ctx.mode, dh
-    )
+        if dh is None:
+            return None, None, None
+        return dh.to(ctx.x_dtype), dh.to(ctx.residual_dtype), None
+    dh_total, dgamma = _backward(dy, h, gamma, ctx.eps, ctx.activation, ctx.mode, dh=dh)
     # an add passes h's gradient to both of its inputs
-    return dh_total.to(ctx.x_dtype), dh_total.to(ctx.residual_dtype), dgamma, None, None, None, None, None
-
-
-def _only_h(ctx, dh: Tensor | None) -> tuple:
-    """(dx, dresidual) when only h received a gradient: h's, through the add."""
-    if dh is None:
-        return None, None
-    return dh.to(ctx.x_dtype), dh.to(ctx.residual_dtype)
-
-
-_add_rmsnorm_op.register_autograd(_add_backward, setup_context=_add_setup_context)
+    return dh_total.to(ctx.x_dtype), dh_total.to(ctx.residual_dtype), dgamma
 
 
 def _refuse_double_backward(ctx, ddx, ddgamma):
@@ -219,26 +239,28 @@ def _per_sample(t: Tensor, dim: int | None, size: int) -> Tensor:
 
 
 class _RMSNormFunction(torch.autograd.Function):
-    """The eager route: the same kernels as the custom op, without its dispatch overhead.
+    """The norm's one route, eager and compiled: ``_forward``, then ``_backward``.
 
     ``forward`` and ``setup_context`` are separate, as torch.func (``grad``, ``vjp``, ``jacrev``,
     ``vmap``) requires of an autograd.Function. ``plan``: the launch plan, made once by the caller for
     both directions, or None, where each direction plans for the tensors it launches on: torch.func
     passes wrappers without a data pointer, which can be planned for only once its rules unwrap them.
+    ``counts``: ``counters.counts_for(x.device)``, None while counting is off.
     """
 
     @staticmethod
-    def forward(x: Tensor, gamma: Tensor, eps: float, activation: str | None, mode: str, plan: Plan | None) -> Tensor:
-        return kernels.rmsnorm_forward(x, gamma, eps, counters.calls(x.device), plan, activation=activation, mode=mode)
+    def forward(x, gamma, eps, activation, mode, plan, counts):
+        y = _forward(x, gamma, eps, activation, mode, plan)
+        _count(counts, counters.FORWARD)
+        return y
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
-        x, gamma, eps, activation, mode, plan = inputs
+        x, gamma, eps, activation, mode, plan, counts = inputs
         ctx.save_for_backward(x, gamma)
-        ctx.eps = eps
-        ctx.activation = activation
-        ctx.mode = mode
-        ctx.plan = plan
+        # an attribute, not a saved tensor: every later call writes the counts, which autograd's version
+        # check on saved tensors would refuse
+        ctx.eps, ctx.activation, ctx.mode, ctx.plan, ctx.counts = eps, activation, mode, plan, counts
 
     @staticmethod
     def backward(ctx, dy: Tensor):
@@ -248,21 +270,14 @@ class _RMSNormFunction(torch.autograd.Function):
             # backward, and the backward op's autograd (an old-style Function made by torch.library) does
             # not run under it: the same kernels, through a Function that does, and refuses double
             # backward as the op does.
-            dx, dgamma = _RMSNormBackward.apply(dy, x, gamma, ctx.eps, ctx.activation, ctx.mode)
-        elif torch.is_grad_enabled():
-            # create_graph=True: through the backward op, whose own backward refuses with a message
-            # (called directly, the kernels would return silently detached gradients).
-            dx, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(
-                dy, x, gamma, ctx.eps, counters.calls(x.device), ctx.activation, ctx.mode
-            )
+            dx, dgamma = _RMSNormBackward.apply(dy, x, gamma, ctx.eps, ctx.activation, ctx.mode, ctx.counts)
         else:
-            dx, dgamma = kernels.rmsnorm_backward(
-                dy, x, gamma, ctx.eps, counters.calls(x.device), ctx.plan, activation=ctx.activation, mode=ctx.mode
-            )
-        return dx, dgamma, None, None, None, None
+            dx, dgamma = _backward(dy, x, gamma, ctx.eps, ctx.activation, ctx.mode, ctx.plan)
+            _count(ctx.counts, counters.BACKWARD)
+        return dx, dgamma, None, None, None, None, None
 
     @staticmethod
-    def vmap(info, in_dims, x: Tensor, gamma: Tensor, eps: float, activation: str | None, mode: str, plan: Plan | None):
+    def vmap(info, in_dims, x, gamma, eps, activation, mode, plan, counts):
         x_dim, gamma_dim = in_dims[:2]
         if gamma_dim is not None:
             # A weight per sample (an ensemble of models, say): the kernels take one gamma, so one call
@@ -273,19 +288,18 @@ class _RMSNormFunction(torch.autograd.Function):
         # dimension of x, wherever it lies, unless it is the last, the one normalized.
         if x_dim == x.dim() - 1:
             x, x_dim = x.movedim(x_dim, 0), 0
-        return rmsnorm(
-            x, gamma, eps, activation, mode
-        ), x_dim  # checks the layout the kernels will read, batch included
+        return rmsnorm(x, gamma, eps, activation, mode), x_dim  # checks the layout the kernels will read
 
 
 class _RMSNormBackward(torch.autograd.Function):
-    """(dx, dgamma) from the backward kernels under torch.func (see ``_RMSNormFunction.backward``)."""
+    """(dx, dgamma) from the backward kernels under torch.func (see ``_RMSNormFunction.backward``), counted
+    per launch: under ``vmap`` (``jacrev``) the rule below launches once per sample."""
 
     @staticmethod
-    def forward(
-        dy: Tensor, x: Tensor, gamma: Tensor, eps: float, activation: str | None, mode: str
-    ) -> tuple[Tensor, Tensor]:
-        return kernels.rmsnorm_backward(dy, x, gamma, eps, counters.calls(x.device), activation=activation, mode=mode)
+    def forward(dy, x, gamma, eps, activation, mode, counts):
+        grads = kernels.rmsnorm_backward(dy, x, gamma, eps, activation=activation, mode=mode)
+        _count(counts, counters.BACKWARD)
+        return grads
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -296,63 +310,48 @@ class _RMSNormBackward(torch.autograd.Function):
         _refuse_double_backward(ctx, ddx, ddgamma)
 
     @staticmethod
-    def vmap(info, in_dims, dy: Tensor, x: Tensor, gamma: Tensor, eps: float, activation: str | None, mode: str):
+    def vmap(info, in_dims, dy, x, gamma, eps, activation, mode, counts):
         size = info.batch_size
         dys, xs, gammas = (_per_sample(t, dim, size) for t, dim in zip((dy, x, gamma), in_dims[:3]))
         # One call per sample: dgamma sums over the rows of one sample, and one launch over the rows of
         # several would sum them together.
-        grads = [_RMSNormBackward.apply(dys[i], xs[i], gammas[i], eps, activation, mode) for i in range(size)]
+        grads = [_RMSNormBackward.apply(dys[i], xs[i], gammas[i], eps, activation, mode, counts) for i in range(size)]
         return (torch.stack([dx for dx, _ in grads]), torch.stack([dgamma for _, dgamma in grads])), (0, 0)
 
 
 class _AddRMSNormFunction(torch.autograd.Function):
-    """The eager route of the norm with a residual: ``(y, h)`` from the kernels, as the op
-    ``rmsnorm_kernel::add_rmsnorm`` gives them, without its dispatch overhead (see ``_RMSNormFunction``)."""
+    """The route of the norm with a residual: ``(y, h)``, as the op ``rmsnorm_kernel::add_rmsnorm``
+    gives them (see ``_RMSNormFunction``)."""
 
     @staticmethod
-    def forward(x, residual, gamma, eps, activation, mode, residual_in_fp32):
-        return kernels.rmsnorm_forward(
-            x,
-            gamma,
-            eps,
-            counters.calls(x.device),
-            activation=activation,
-            mode=mode,
-            residual=residual,
-            residual_in_fp32=residual_in_fp32,
-        )
+    def forward(x, residual, gamma, eps, activation, mode, residual_in_fp32, counts):
+        outputs = _forward(x, gamma, eps, activation, mode, residual=residual, residual_in_fp32=residual_in_fp32)
+        _count(counts, counters.FORWARD)
+        return outputs
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
-        x, residual, gamma, eps, activation, mode, _ = inputs
+        x, residual, gamma, eps, activation, mode, _, counts = inputs
         ctx.save_for_backward(output[1], gamma)  # h, the norm's input
-        ctx.eps, ctx.activation, ctx.mode = eps, activation, mode
+        ctx.eps, ctx.activation, ctx.mode, ctx.counts = eps, activation, mode, counts  # see _RMSNormFunction
         ctx.x_dtype, ctx.residual_dtype = x.dtype, residual.dtype
-        ctx.set_materialize_grads(False)  # an unused output's gradient stays None: see backward
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None: see _add_grads
 
     @staticmethod
     def backward(ctx, dy: Tensor | None, dh: Tensor | None):
         h, gamma = ctx.saved_tensors
-        if dy is None:  # only h went on: an add's gradient, and none for gamma, as unfused code gives
-            return _only_h(ctx, dh) + (None,) * 5
-        if not (_readable(dy) and _readable(h)):
+        if dy is not None and not (_readable(dy) and _readable(h)):
             raise NotImplementedError(
                 "rmsnorm (triton): torch.func transforms of the norm with a residual are not implemented; "
                 "accepted: plain autograd with a residual, or torch.func without one"
             )
-        calls = counters.calls(h.device)
-        if torch.is_grad_enabled():  # create_graph=True: the op's backward refuses double backward
-            dh_total, dgamma = torch.ops.rmsnorm_kernel.rmsnorm_backward(
-                dy, h, gamma, ctx.eps, calls, ctx.activation, ctx.mode, dh
-            )
-        else:
-            dh_total, dgamma = kernels.rmsnorm_backward(
-                dy, h, gamma, ctx.eps, calls, activation=ctx.activation, mode=ctx.mode, dh=dh
-            )
-        return dh_total.to(ctx.x_dtype), dh_total.to(ctx.residual_dtype), dgamma, None, None, None, None
+        grads = _add_grads(ctx, h, gamma, dy, dh)
+        if dy is not None:  # only then did the backward kernels run
+            _count(ctx.counts, counters.BACKWARD)
+        return grads + (None,) * 5
 
     @staticmethod
-    def vmap(info, in_dims, x, residual, gamma, eps, activation, mode, residual_in_fp32):
+    def vmap(info, in_dims, x, residual, gamma, eps, activation, mode, residual_in_fp32, counts):
         size = info.batch_size
         xs, rs = _per_sample(x, in_dims[0], size), _per_sample(residual, in_dims[1], size)
         kwargs = dict(residual_in_fp32=residual_in_fp32)
@@ -367,8 +366,7 @@ class _AddRMSNormFunction(torch.autograd.Function):
 def _add_rmsnorm(x, residual, gamma, eps, activation, mode, residual_in_fp32) -> tuple[Tensor, Tensor]:
     """``rmsnorm`` with a residual, after its checks of x, gamma, eps, activation and mode."""
     check_residual(x, residual, residual_in_fp32)
-    plain = type(x) is Tensor and type(residual) is Tensor and type(gamma) in _PLAIN
-    if not plain and any(_is_dtensor(t) for t in (x, residual, gamma)):
+    if any(_is_dtensor(t) for t in (x, residual, gamma)):
         return _rmsnorm_dtensor(x, gamma, eps, activation, mode, residual, residual_in_fp32)
     if x.numel() and not kernels.rows_at_one_stride(x):
         x = x.contiguous()
@@ -376,11 +374,8 @@ def _add_rmsnorm(x, residual, gamma, eps, activation, mode, residual_in_fp32) ->
         residual = residual.contiguous()
     if not gamma.is_contiguous():
         gamma = gamma.contiguous()
-    if torch.compiler.is_compiling() or not plain:
-        return torch.ops.rmsnorm_kernel.add_rmsnorm(
-            x, residual, gamma, eps, counters.calls(x.device), activation, mode, residual_in_fp32
-        )
-    return _AddRMSNormFunction.apply(x, residual, gamma, eps, activation, mode, residual_in_fp32)
+    counts = counters.counts_for(x.device) if x.numel() else None
+    return _AddRMSNormFunction.apply(x, residual, gamma, eps, activation, mode, residual_in_fp32, counts)
 
 
 _PLAIN = (Tensor, torch.nn.Parameter)
@@ -478,21 +473,19 @@ def rmsnorm(
     check_forward(x, gamma, eps, activation, mode)
     if residual is not None or residual_in_fp32 is not False:
         return _add_rmsnorm(x, residual, gamma, eps, activation, mode, residual_in_fp32)
+    if _is_dtensor(x) or _is_dtensor(gamma):
+        return _rmsnorm_dtensor(x, gamma, eps, activation, mode)
     # Any layout: rows that no single stride reaches (x.t(), q after a transpose) are copied once here, so
     # that both directions read the copy, and autograd takes dx back to x's layout.
     if x.numel() and not kernels.rows_at_one_stride(x):
         x = x.contiguous()
     if not gamma.is_contiguous():
         gamma = gamma.contiguous()
-    if torch.compiler.is_compiling() or type(x) is not Tensor or type(gamma) not in _PLAIN:
-        if _is_dtensor(x) or _is_dtensor(gamma):
-            return _rmsnorm_dtensor(x, gamma, eps, activation, mode)
-        # Tracing, fake tensors and other tensor subclasses go through the registered op.
-        return torch.ops.rmsnorm_kernel.rmsnorm(x, gamma, eps, counters.calls(x.device), activation, mode)
-    if not (_readable(x) and _readable(gamma)):
-        # A torch.func transform's wrappers (vmap's, grad's), with or without requires_grad (vmap alone):
-        # the kernels cannot read them, and the Function's rules unwrap them.
-        return _RMSNormFunction.apply(x, gamma, eps, activation, mode, None)
-    if torch.is_grad_enabled() and (x.requires_grad or gamma.requires_grad):
-        return _RMSNormFunction.apply(x, gamma, eps, activation, mode, _plan(x, gamma))
-    return kernels.rmsnorm_forward(x, gamma, eps, counters.calls(x.device), activation=activation, mode=mode)
+    counts = counters.counts_for(x.device) if x.numel() else None
+    if torch.is_grad_enabled() and (x.requires_grad or gamma.requires_grad) or not (_readable(x) and _readable(gamma)):
+        # torch.func's wrappers (vmap's, grad's) have no data to plan for: the Function's rules unwrap them
+        plan = _plan(x, gamma) if _readable(x) and not _through_op(x, gamma) else None
+        return _RMSNormFunction.apply(x, gamma, eps, activation, mode, plan, counts)
+    y = _forward(x, gamma, eps, activation, mode)
+    _count(counts, counters.FORWARD)
+    return y

@@ -22,7 +22,7 @@ import textwrap
 
 import torch
 
-from ..ops import counters, kernels
+from ..ops import kernels
 from ..ops.launch import plan_for, whole_row_tile
 
 #: The substitution: a division by the row length N becomes a division by the block width BLOCK_N.
@@ -86,15 +86,12 @@ def forward_block_mean(x: torch.Tensor, gamma: torch.Tensor, eps: float, activat
     x2 = x.reshape(-1, n)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     p = _whole_row_plan(x2, gamma)
-    counts = torch.zeros(2, dtype=torch.int64, device=x.device)  # not the operator's counts
-    calls = counters.addresses(counts)
     block_mean_kernel("_rmsnorm_fwd_kernel")[(p.fwd_programs,)](
         x2,
         x2,  # no residual: the norm's input is x
         x2,
         gamma,
         y,
-        calls,
         x2.shape[0],
         n,
         x2.stride(0),
@@ -124,8 +121,6 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     p = _whole_row_plan(x2, gamma)
     partial = torch.empty((max(p.partial_rows, 1), n), dtype=torch.float64, device=x.device)  # dgamma unused
-    counts = torch.zeros(2, dtype=torch.int64, device=x.device)  # not the operator's counts
-    calls = counters.addresses(counts)
     block_mean_kernel("_rmsnorm_bwd_kernel")[p.bwd_grid[:1]](
         dy2,
         x2,
@@ -133,7 +128,6 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
         gamma,
         dx,
         partial,
-        calls,
         x2.shape[0],
         n,
         dy2.stride(0),

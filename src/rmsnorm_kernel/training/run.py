@@ -45,6 +45,7 @@ from torch.utils.tensorboard.summary import hparams as hparams_summary
 from ..checks.report import WRITE_ERRNOS
 from ..ops.backend import backend
 from ..ops.contract import ContractError
+from ..ops.counters import counting
 from ..ops.tolerances import TOLERANCES
 from .callbacks import (
     KERNEL,
@@ -367,6 +368,7 @@ def writer_thread_errors_quiet():
         threading.excepthook = previous
 
 
+@counting()  # the integration check reads the Triton calls of every stage
 def run(cfg: DictConfig) -> RunResult:
     """Trains once as configured, runs the checks, and returns what happened (failures included).
 
