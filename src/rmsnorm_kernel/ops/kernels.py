@@ -157,9 +157,9 @@ def _rmsnorm_fwd_kernel(
     col_mask = cols < N
     gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(ACC), WEIGHT_OFFSET)
     # Count the call on the device, so that CUDA graph replays count too. Here, just before the loop: where
-    # the count goes changes ptxas's registers and schedule. At the top, the persistent forward of 4097
-    # 16-bit lanes took 161 registers a thread, one 256-thread program a multiprocessor (772 us at
-    # 65520 x 4097 bf16 on an H200); here 128, two programs (448 us); at the end, 461 us.
+    # the count goes changes ptxas's registers and schedule. At the top of the kernel it raised the
+    # persistent forward's registers a thread until one program fitted a multiprocessor instead of two,
+    # which made that forward much slower; here it costs none (docs/design.md).
     if tl.program_id(0) == 0:
         tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     for tile in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
@@ -233,8 +233,8 @@ def _rmsnorm_bwd_kernel(
     # over each tile's rows as it comes, in float64: a float32 running sum over thousands of rows drifts
     # by more than float32's tolerance; one float64 add per element costs no memory traffic. With
     # ROWWISE_DGAMMA (narrow rows of 16-bit x, whose rows lie across warps) each (row, column) element of
-    # the tile keeps its own float32 sum over this program's tiles only (62-63 terms for 2**20 rows of 64 on
-    # an H200), and the rows are summed in float64 once, at the end: no sum across warps per tile. The
+    # the tile keeps its own float32 sum over this program's tiles only (as many terms as tiles per program,
+    # a few dozen), and the rows are summed in float64 once, at the end: no sum across warps per tile. The
     # 16-bit dtypes' tolerances leave room for those float32 sums; float32's does not.
     if ROWWISE_DGAMMA:
         dgamma_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
@@ -302,12 +302,11 @@ def _rmsnorm_fwd_chunked_kernel(
     FP64: tl.constexpr,
 ):
     ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
-    # One program per row (a persistent loop over rows measured slower, docs/performance-notes.md).
+    # One program per row (a persistent loop over rows was slower: docs/design.md).
     # N is a compile-time constant here, one compiled kernel per row width: with the loops' trip count
-    # and the last chunk's mask known, the same plans ran 10-18% faster at aligned N = 5632-24576 on an
-    # H200 (slower in one 8192-lane chunk and at rows off 16 bytes: the plans were refitted with N known,
-    # docs/backward-design.md). The count's place was measured with N at run time
-    # (docs/performance-notes.md): between the passes 12295 bf16 gained 14%, 8192 and 12800 lost 17-22%.
+    # and the last chunk's mask known, the compiler schedules the chunks better, and the chunk sizes of
+    # the plans are fitted with N known (docs/design.md). The call is counted before the first pass:
+    # between the passes it helped some row widths and cost others more.
     if tl.program_id(0) == 0:  # count the call on the device
         tl.atomic_add(tl.load(CALLS).to(tl.pointer_type(tl.int64)), 1, sem="relaxed")  # counters.py
     stride_x, stride_y = stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads (N is known)
