@@ -192,8 +192,7 @@ def build_parser() -> OneLineParser:
         "--shapes",
         choices=("full", "small"),
         default="full",
-        help="full: the nine shapes of FULL_SHAPES (default; docs/speed.md); "
-        "small: 128x257, 32x257 float32 and 4096x4096 float16",
+        help="full: the nine shapes of FULL_SHAPES (default); small: 128x257, 32x257 float32 and 4096x4096 float16",
     )
     parser.add_argument(
         "--quick", action="store_true", help="small shapes and 10 samples instead of 50: a fast look, not a result"

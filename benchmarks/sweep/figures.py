@@ -2,8 +2,8 @@
 
 One line per implementation (bfloat16; float16 and float32 as open triangles and squares), forward and
 forward + backward, one panel per regime (large: 512 MiB, mid: 32 MiB) and one for the shapes outside the
-sweep, with each regime's copy ceiling. Drawn from the merged ``benchmark-sweep.json`` by ``--merge``;
-skipped when the file is absent or has no timings.
+sweep, with each regime's copy ceiling. Drawn from the merged ``benchmark-sweep.json`` by ``--merge``, and
+from a results file's merged runs by ``--report``; skipped when the file is absent or has no timings.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from rmsnorm_kernel.checks.figures import FigureResult, pyplot
 
 from ..figures import is_number
 from .measure import best_ceilings
-from .report import MERGED_KIND, RUN_KIND
+from .report import MERGED_KIND
+from .results import RUN_KIND
 
 FIGURE = "benchmark_sweep.png"
 
@@ -37,14 +38,16 @@ SWEEP_PANELS = (
 )
 
 
-def sweep_figure(sweep_json: Path, out: Path) -> FigureResult:
-    """TB/s (GPU time) against N: rows are directions, columns the regimes and the outside shapes."""
+def sweep_figure(sweep_json: Path | dict, out: Path) -> FigureResult:
+    """TB/s (GPU time) against N: rows are directions, columns the regimes and the outside shapes.
+    ``sweep_json``: the merged file, or the merged runs themselves (``report.merge``)."""
     name = out.name
-    path = Path(sweep_json)
-    if not path.is_file():
+    given = sweep_json if isinstance(sweep_json, dict) else None
+    path = Path("the merged runs") if given is not None else Path(sweep_json)
+    if given is None and not path.is_file():
         return FigureResult(name, "skipped", f"no {path} (run python -m benchmarks.sweep on a GPU, then --merge)")
     try:
-        data = json.loads(path.read_text())
+        data = given if given is not None else json.loads(path.read_text())
         rows = data["rows"]
         if data.get("kind") not in (MERGED_KIND, RUN_KIND) or not isinstance(rows, list):
             raise ValueError("not written by the sweep")

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ..common import keep_earlier_run, write_json, write_whole
 from ..impls import FWD, FWD_BWD, MODES
+from . import results
 from .measure import Row, best_ceilings
 from .points import REGIME_BYTES, SHAPES, definition_hash, sweep_points
 
@@ -61,7 +62,7 @@ GROUP_ORDER = (
 #: The families of points whose own split (fit, report) the report keeps apart.
 SPLIT_ORIGINS = ("narrow", "activation", "batch")
 MERGED_JSON, MERGED_MD = "benchmark-sweep.json", "benchmark-sweep.md"
-RUN_KIND, MERGED_KIND = "benchmark-sweep-run", "benchmark-sweep"
+MERGED_KIND = "benchmark-sweep"
 
 
 class MergeError(ValueError):
@@ -73,32 +74,36 @@ ROW_KEYS = tuple(f.name for f in dataclasses.fields(Row) if f.default is datacla
 
 
 def load_runs(paths: Iterable[Path]) -> list[dict]:
-    """The run files at ``paths``, each with its path as ``"file"``; MergeError, in one line, for a file
-    that is not a run's file of the sweep (or is damaged), and for a run given twice (by the same path,
-    or as two copies: the same date, device and rows), which would count its rows as noise."""
-    runs, seen = [], {}
+    """The runs of the results files at ``paths`` (``results.read_runs``), each with its file as
+    ``"file"``; MergeError, in one line, for a file that is not a results file of the sweep (or is
+    damaged), and for a run given twice (by the same path, or as two copies: the same date, device and
+    rows), which would count its rows as noise."""
+    runs, seen, files = [], {}, set()
     for path in paths:
+        if Path(path).resolve() in files:
+            raise MergeError(f"{path} is given twice; accepted: each file once")
+        files.add(Path(path).resolve())
         try:
-            data = json.loads(Path(path).read_text())
-            _check_run(data)
+            found = results.read_runs(path)
+            for data in found:
+                _check_run(data)
         except FileNotFoundError:
-            raise MergeError(f"{path} does not exist; accepted: a run's file of the sweep") from None
+            raise MergeError(f"{path} does not exist; accepted: a results file of the sweep") from None
         except (OSError, ValueError, AttributeError) as exc:
-            raise MergeError(f"{path} is not a sweep run's file ({type(exc).__name__}: {exc})") from None
-        identity = (data.get("date"), data.get("device"), json.dumps(data["rows"], sort_keys=True))
-        twin = seen.get(Path(path).resolve()) or seen.get(identity)
-        if twin is not None:
-            raise MergeError(f"{path} is the same run as {twin}; accepted: each run once")
-        seen[Path(path).resolve()] = seen[identity] = str(path)
-        data["file"] = str(path)
-        runs.append(data)
+            raise MergeError(f"{path} is not a sweep results file ({type(exc).__name__}: {exc})") from None
+        for data in found:
+            identity = (data.get("date"), data.get("device"), json.dumps(data["rows"], sort_keys=True))
+            twin = seen.get(identity)
+            if twin is not None:
+                raise MergeError(f"{path} holds the same run as {twin}; accepted: each run once")
+            seen[identity] = str(path)
+            data["file"] = str(path)
+            runs.append(data)
     return runs
 
 
 def _check_run(data) -> None:
     """ValueError naming what makes ``data`` something other than a run's file of the sweep."""
-    if not isinstance(data, dict) or data.get("kind") != RUN_KIND or not isinstance(data.get("rows"), list):
-        raise ValueError("not written by a run of the sweep")
     if data.get("shapes") not in SHAPES:
         raise ValueError(f"its shapes {data.get('shapes')!r} are none of {', '.join(SHAPES)}")
     for r in data["rows"]:
@@ -171,6 +176,7 @@ def merge(runs: Sequence[dict]) -> dict:
             dict(
                 file=r["file"],
                 date=r.get("date"),
+                commit=r.get("commit"),
                 elapsed_s=r.get("elapsed_s"),
                 complete=r.get("complete"),
                 skipped_done=r.get("skipped_done"),
@@ -506,8 +512,9 @@ def markdown(merged: dict, summary: dict | None = None) -> str:
     ]
     for run in merged["runs"]:
         el = run.get("elapsed_s")
+        commit = f", commit {run['commit']}" if run.get("commit") else ""
         out.append(
-            f"- `{Path(run['file']).name}` ({run['date']}): {run['points']} points, "
+            f"- `{Path(run['file']).name}` ({run['date']}{commit}): {run['points']} points, "
             f"{'' if el is None else f'{el:.0f} s, '}{'complete' if run.get('complete') else 'INCOMPLETE'}"
         )
     out += [f"- warning: {w}" for w in merged.get("warnings", [])]
@@ -628,3 +635,105 @@ def merged_paths_problem(outputs: Path) -> str | None:
     if figures.exists() and not figures.is_dir():
         return f"--outputs {outputs} holds a file named figures where the figures go; accepted: a folder without it"
     return None
+
+
+# --------------------------------------------------------------------------------------------------
+# The results page
+
+#: The summary's groups of points, in its order: (label, regime or None for any, origins).
+SUMMARY_GROUPS = (
+    ("every hidden size 1000-16384, x of 512 MiB", "large", ("sweep",)),
+    ("every hidden size 1000-16384, x of 32 MiB", "mid", ("sweep",)),
+    ("between the sweep's sizes and past 16384", None, ("outside", "wide")),
+    ("per-head and small-model rows, N 64-1024", None, ("narrow",)),
+    ("activation-sized x, 64-256 MiB", None, ("activation",)),
+    ("small batches, 64-2048 rows", None, ("batch", "small")),
+)
+SUMMARY_HEAD = (
+    "shapes",
+    "direction",
+    "points",
+    "median % of copy ceiling",
+    "≥ fastest peer",
+    "median vs peer",
+    "worst",
+)
+
+
+def summary_rows(ratios: Sequence[dict], noise: float | None) -> list[tuple]:
+    """Per group of ``SUMMARY_GROUPS`` and direction: its points, the median share of the copy ceiling,
+    how many are at least as fast as the fastest correct peer (within ``noise``), and the median and
+    lowest speed against it (GPU time)."""
+    tol = noise or 0.0
+    out = []
+    for label, regime, origins in SUMMARY_GROUPS:
+        for mode in MODES:
+            recs = [
+                r
+                for r in ratios
+                if r["origin"] in origins and r["mode"] == mode and (regime is None or r["regime"] == regime)
+            ]
+            if not recs:
+                continue
+            pct = [r["pct_of_ceiling"] for r in recs if r.get("pct_of_ceiling") is not None]
+            vs = [r["vs_peer_gpu"] for r in recs if r.get("vs_peer_gpu") is not None]
+            timed = [r for r in recs if r.get("vs_peer_gpu") is not None]
+            worst = min(timed, key=lambda r: r["vs_peer_gpu"], default=None)
+            out.append(
+                (
+                    label,
+                    DIRECTION[mode],
+                    len(recs),
+                    _pct(statistics.median(pct)) if pct else "–",
+                    f"{sum(v >= 1.0 - tol for v in vs)} of {len(vs)}",
+                    _r(statistics.median(vs)) + "x" if vs else "–",
+                    f"{worst['vs_peer_gpu']:.2f}x ({point_label(worst)}, {worst['peer_gpu']})" if worst else "–",
+                )
+            )
+    return out
+
+
+def _stamp(merged: dict) -> str:
+    commits = sorted({str(run.get("commit") or "unknown") for run in merged["runs"]})
+    dates = sorted(str(run.get("date"))[:10] for run in merged["runs"] if run.get("date"))
+    when = dates[0] if dates and dates[0] == dates[-1] else (f"{dates[0]} to {dates[-1]}" if dates else "unknown")
+    return (
+        f"{merged.get('device')}; torch {merged.get('torch')}, Triton {merged.get('triton')}, liger-kernel "
+        f"{merged.get('liger_kernel')}; commit {', '.join(commits)}; measured {when}, "
+        f"{len(merged['runs'])} run(s)."
+    )
+
+
+def speed_page(merged: dict, command: str, figure: str | None) -> str:
+    """The results page: what made it, on what, the figure, the summary by family of shapes, then the
+    report (``markdown``) without its title."""
+    s = summarize(merged)
+    noise = s["noise"]["stated_gpu"]
+    out = [
+        "# Speed",
+        "",
+        f"Generated by `{command}` from the results file; not edited by hand.",
+        "",
+        _stamp(merged),
+        "",
+        "Each point is checked against the float64 oracle, then timed two ways: the GPU time (the call's "
+        "kernels replayed from a CUDA graph, L2 flushed) and the whole call (eager calls with their host work). "
+        "The peers are `F.rms_norm`, `torch.compile` of the reference, Liger-Kernel and a one-row-per-program "
+        "kernel; the copy ceiling is a device-to-device copy of the same bytes. How the kernels get there: "
+        "[design.md](design.md).",
+        "",
+    ]
+    if figure:
+        out += [f"![TB/s against N]({figure})", ""]
+    out += [
+        "## Summary",
+        "",
+        "GPU time. ≥ fastest peer: the points where Triton is at least as fast as the fastest correct peer, "
+        f"within the noise ({_frac(noise)}, the largest spread of a point measured twice); vs peer: the peer's "
+        "time over Triton's (below 1: Triton slower).",
+        "",
+        *md_table(SUMMARY_HEAD, summary_rows(s["ratios"], noise)),
+        "",
+    ]
+    body = markdown(merged, s).split("\n", 1)[1].lstrip("\n")
+    return "\n".join(out) + "\n## The runs\n\n" + body

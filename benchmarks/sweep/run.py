@@ -1,20 +1,27 @@
-"""The sweep as a command: measure the points, write the run's file after every point, merge the files.
+"""The sweep as a command: measure the points, append each to the run's file, merge, write the page.
 
     python -m benchmarks.sweep [--shapes sweep|tiny] [--impls triton,compile,...] [--outputs DIR]
                                [--skip-done FILE...] [--no-noise] [--whole-ms MS] [--rep-ms MS]
                                [--plan] [--require-gpu]
     python -m benchmarks.sweep --merge [FILE...] [--outputs DIR]
+    python -m benchmarks.sweep --report docs/speed.md [--results FILE...]
 
 A run measures every point of ``points.sweep_points`` (``--plan`` lists them and measures nothing) with
 every implementation of ``impls.IMPLS`` that is available, in both directions
 (``measure.measure_point``), then the noise points again (``--no-noise``: not), and the copy ceiling of
-each regime at its start and at its end. It writes ``<outputs>/benchmark-sweep.run.json`` after every
-point (an earlier file of that name is kept as ``.json.prev<n>``), so that a run cut short leaves all it
-measured; ``--skip-done FILE...`` measures only the points those files lack, into
-``benchmark-sweep.run.after<n>.json`` (n: the points skipped). At its end a run merges its file (and the
-``--skip-done`` files) into ``benchmark-sweep.json``, ``benchmark-sweep.md`` and
-``figures/benchmark_sweep.png``; ``--merge FILE...`` does only that, for files from several runs or
-machines (default: every ``benchmark-sweep.run*.json`` in ``--outputs``), and needs no GPU.
+each regime at its start and at its end. It appends one JSON line per point to
+``<outputs>/benchmark-sweep.run.jsonl`` (``results``; an earlier file of that name is kept as
+``.jsonl.prev<n>``), so that a run cut short leaves all it measured; ``--skip-done FILE...`` measures only
+the points those files lack, into ``benchmark-sweep.run.after<n>.jsonl`` (n: the points skipped). At its
+end a run merges its file (and the ``--skip-done`` files) into ``benchmark-sweep.json``,
+``benchmark-sweep.md`` and ``figures/benchmark_sweep.png``; ``--merge FILE...`` does only that, for files
+from several runs or machines (default: every ``benchmark-sweep.run*.jsonl`` in ``--outputs``), and needs
+no GPU.
+
+The committed results are ``docs/data/sweep.jsonl``: the run files behind the page, one after the other
+(``cat outputs/benchmark-sweep.run*.jsonl > docs/data/sweep.jsonl``). ``--report docs/speed.md`` writes
+the page from them, stamped with the device, the versions and the commit of the runs, and its figure
+beside it (``docs/speed.png``); it needs no GPU.
 
 torch.compile is the slow part: one compile per point and direction (an inference graph, then a
 training graph), compiled per shape with ``dynamic=False`` as a user gets it; ``--impls`` without
@@ -41,6 +48,7 @@ import datetime as _dt
 import platform
 import shlex
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -59,19 +67,22 @@ from ..common import (
     at_least,
     comma_choices,
     exit_status,
+    file_problem,
     keep_earlier_run,
     run_interruptible,
-    write_json,
+    write_whole,
 )
 from ..impls import IMPLS, liger_version, make_impl, parse_impls, without_gpu
 from ..timing import Timer, no_timer
-from . import figures, report
+from . import figures, report, results
 from .measure import GPU_REP_MS, WHOLE_BUDGET_S, CudaTimers, Row, apply_ceilings, measure_ceiling, measure_point
 from .measure import protocol as measure_protocol
 from .points import ORIGINS, REGIME_BYTES, SHAPES, Point, definition_hash, noise_points, sweep_points
 
 MiB = 1 << 20
 RUN_STEM = "benchmark-sweep.run"
+#: The committed results: the runs behind ``docs/speed.md``, one after the other.
+RESULTS = Path("docs/data/sweep.jsonl")
 
 
 class UsageError(ValueError):
@@ -84,7 +95,7 @@ class UsageError(ValueError):
 
 
 def run_path(outputs: Path, skipped: int = 0) -> Path:
-    return Path(outputs) / f"{RUN_STEM}{f'.after{skipped}' if skipped else ''}.json"
+    return Path(outputs) / f"{RUN_STEM}{f'.after{skipped}' if skipped else ''}.jsonl"
 
 
 def read_done(paths: Iterable[Path], shapes: str, definition: str) -> tuple[list[dict], set[str]]:
@@ -103,16 +114,20 @@ def read_done(paths: Iterable[Path], shapes: str, definition: str) -> tuple[list
     return runs, {r["point"] for run in runs for r in run["rows"] if r.get("repeat", 0) == 0}
 
 
-def session_report(meta: dict, rows: list[Row], ceilings: list[dict], remaining: list[Point], elapsed_s: float) -> dict:
-    return dict(
-        kind=report.RUN_KIND,
-        **meta,
-        elapsed_s=elapsed_s,
-        complete=not remaining,
-        remaining=[p.id for p in remaining],
-        ceilings=ceilings,
-        rows=rows,
-    )
+def commit() -> str | None:
+    """The repository's commit (``git describe --always --dirty``: ``-dirty`` when the work tree differs
+    from it), or None outside a git work tree."""
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=12"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -152,14 +167,15 @@ def run_points(
     impls: Sequence[str],
     device: str,
     timer: Timer,
-    write: Callable[[list[Row], list[dict], list[Point], float], object],
+    write: Callable[..., object],
     regimes_ceiling: dict[str, int] | None = None,
     impl_factory: Callable = make_impl,
     log: Callable[[str], None] = print,
     stop: Callable[[], str | None] = lambda: None,
 ) -> tuple[list[Row], list[dict], list[Point]]:
     """Measure ``todo`` then ``repeats`` (noise repeats, repeat=1) until done or ``stop()`` names a
-    signal; ``write`` is called after every point and at the end. The copy ceiling of each regime of
+    signal; ``write(rows, ceilings, remaining, elapsed_s)`` is called after every point, and at the end
+    with ``done=True`` (``results.RunFile`` appends what is new). The copy ceiling of each regime of
     ``regimes_ceiling`` is measured (with ``timer``, a ``CudaTimers``) at the start and, unless stopped,
     at the end. Returns (rows, ceilings, points of ``todo`` left undone)."""
     t0 = time.perf_counter()
@@ -191,7 +207,7 @@ def run_points(
     for regime, nbytes in regimes_ceiling.items() if not stop() else ():
         ceilings.append(measure_ceiling(regime, nbytes, timer, "end"))
     apply_ceilings(rows, ceilings)
-    write(rows, ceilings, remaining, time.perf_counter() - t0)
+    write(rows, ceilings, remaining, time.perf_counter() - t0, done=True)
     return rows, ceilings, remaining
 
 
@@ -280,6 +296,21 @@ def build_parser() -> OneLineParser:
         help="merge run files (default: every benchmark-sweep.run*.json in --outputs) into benchmark-sweep.json, "
         "benchmark-sweep.md and figures/benchmark_sweep.png; needs no GPU",
     )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        metavar="MD",
+        help="write the results page MD and its figure (MD's name, .png) from --results; needs no GPU",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        nargs="+",
+        default=[RESULTS],
+        metavar="FILE",
+        help=f"the results files --report reads (default {RESULTS}): runs' files, or several concatenated",
+    )
     parser.add_argument("--require-gpu", action="store_true", help="without a CUDA GPU exit 2 even for --shapes tiny")
     return parser
 
@@ -325,14 +356,52 @@ def resume_command(args, path: Path) -> str:
     return " ".join(shlex.quote(w) if w != words[0] else w for w in words)
 
 
+def report_command(args) -> str:
+    """The command line that writes the page, as the page names it."""
+    words = ["python -m benchmarks.sweep", "--report", Path(args.report).as_posix()]
+    if list(args.results) != [RESULTS]:
+        words += ["--results", *(Path(p).as_posix() for p in args.results)]
+    return " ".join(shlex.quote(w) if i else w for i, w in enumerate(words))
+
+
+def write_report(args) -> int:
+    """``--report``: the results page and its figure from ``--results``. Exit status 0 once the page is
+    written (a Triton row off the oracle is a finding the page lists); 2 with one line for a file it
+    cannot read or write."""
+    try:
+        merged = report.merge(report.load_runs(args.results))  # in the files' order: the first run's rows count
+    except report.MergeError as exc:
+        return _usage(f"--results: {exc}")
+    page = Path(args.report)
+    problem = file_problem("--report", page)
+    if problem is None and page.suffix != ".md":
+        problem = f"--report {page}: not a .md file; accepted: a Markdown file (its figure goes beside it, as .png)"
+    if problem:
+        return _usage(problem)
+    figure_path = page.with_suffix(".png")
+    page.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fig = figures.sweep_figure(merged, figure_path)
+    except Exception as exc:  # a drawing bug must not hide the page
+        fig = FigureResult(figures.FIGURE, "failed", f"{type(exc).__name__}: {exc}")
+    write_whole(page, report.speed_page(merged, report_command(args), figure_path.name if fig.path else None))
+    wrong = sum(r["impl"] == "triton" and not r.get("ok") for r in merged["rows"])
+    print(f"wrote {page} ({wrong} Triton row(s) off the oracle, listed there); figure {figure_path.name}: {fig.status}")
+    return 0
+
+
 def run(args) -> int:
     """The command on parsed arguments; every argument and file is checked before any work."""
     if args.plan and args.merge is not None:
         return _usage("--plan and --merge together: --plan writes nothing, --merge writes; accepted: one of them")
+    if args.report is not None:
+        if args.plan or args.merge is not None:
+            return _usage("--report with --plan or --merge: --report only reads --results; accepted: one of them")
+        return write_report(args)
     if args.merge is not None:  # the files first, then the folder: a refused merge creates nothing
-        paths = list(args.merge) or sorted(Path(args.outputs).glob(f"{RUN_STEM}*.json"))
+        paths = list(args.merge) or sorted(Path(args.outputs).glob(f"{RUN_STEM}*.jsonl"))
         if not paths:
-            return _usage(f"--merge: no run files given and none in {args.outputs} ({RUN_STEM}*.json)")
+            return _usage(f"--merge: no run files given and none in {args.outputs} ({RUN_STEM}*.jsonl)")
         try:
             runs = report.load_runs(paths)
             if not args.merge:  # the folder's files: in the order their runs started, not their names'
@@ -394,14 +463,15 @@ def run(args) -> int:
         triton=triton.__version__,
         liger_kernel=liger_version(),
         python=platform.python_version(),
+        commit=commit(),
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         protocol=measure_protocol(args.whole_ms / 1e3, args.rep_ms),
         noise_points=[pt.id for pt in repeats],
     )
     path = run_path(args.outputs, meta["skipped_done"])
-    keep_earlier_run("sweep", path)  # as .json.prev<n>: --merge reads *.json files only, so it skips it
+    keep_earlier_run("sweep", path)  # as .jsonl.prev<n>: --merge reads *.jsonl files only, so it skips it
     print(f"{device_name}: torch {meta['torch']}, triton {meta['triton']}, liger-kernel {meta['liger_kernel']}")
-    print(f"writing {path} after every point")
+    print(f"writing {path}, one line per point")
     regimes = sorted({pt.regime for pt in [*todo, *repeats]} & set(REGIME_BYTES)) if cuda else []
     with stop_on_signal() as stop:
         rows, _, remaining = run_points(
@@ -410,7 +480,7 @@ def run(args) -> int:
             impls,
             device,
             timer,
-            write=lambda r, c, rem, el: write_json(path, session_report(meta, r, c, rem, el)),
+            write=results.RunFile(path, meta),
             regimes_ceiling={r: REGIME_BYTES[r] for r in regimes},
             stop=stop,
         )

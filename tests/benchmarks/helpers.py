@@ -6,7 +6,7 @@ from __future__ import annotations
 from benchmarks.impls import DTYPES, MODES
 from benchmarks.rows import bytes_moved
 from benchmarks.sweep.points import definition_hash, sweep_points
-from benchmarks.sweep.report import RUN_KIND
+from benchmarks.sweep.results import RUN_KIND, run_lines
 from benchmarks.timing import Timing
 
 
@@ -127,3 +127,10 @@ def sweep_run(
         ],
         rows=rows,
     )
+
+
+def write_run(path, run: dict):
+    """``run`` (``sweep_run``'s form) as a results file at ``path``, the lines a run appends."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(run_lines(run))
+    return path

@@ -46,7 +46,7 @@ def test_runs_of_different_sweeps_do_not_merge_and_differences_are_warned():
 
 def test_a_file_that_is_not_a_run_is_refused(tmp_path):
     (tmp_path / "x.json").write_text(json.dumps({"kind": "benchmark", "results": []}))
-    with pytest.raises(sr.MergeError, match="is not a sweep run's file"):
+    with pytest.raises(sr.MergeError, match="is not a sweep results file .*before any run's line"):
         sr.load_runs([tmp_path / "x.json"])
 
 

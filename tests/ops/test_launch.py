@@ -218,7 +218,7 @@ def test_a_residual_takes_one_pass_over_wide_rows_that_are_mostly_data(n, residu
 def test_the_two_pass_forward_takes_chunks_of_4096_lanes_past_4096_on_warps_the_l2_allows(
     n, x_bytes, branch, chunk, warps
 ):
-    """On an H200: the plans that the forward's rules give, as fitted (docs/backward-design.md)."""
+    """On an H200: the plans that the forward's rules give, as fitted (docs/design.md)."""
     p = launch.plan(20000, n, launch.H200, None, x_bytes, x_bytes)
     assert (p.fwd_branch, p.block_n, p.fwd_warps) == (branch, chunk, warps), p
 

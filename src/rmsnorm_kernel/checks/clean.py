@@ -23,8 +23,8 @@ Generated, relative to that folder (``<name>`` is any run name, ``<k>``, ``<n>``
   ``outputs/{train_step,residual_add,transformer_step}.json``, each with an earlier run's file kept as
   ``.json.prev<n>`` (``BENCHMARK_FILES``);
 - the files of the benchmark sweep (``python -m benchmarks.sweep``, outside the package): a run's
-  ``outputs/benchmark-sweep.run.json`` (``.run.after<n>.json`` for a run with ``--skip-done``), its
-  ``.tmp`` while being written and an earlier run's file kept as ``.json.prev<n>``; the merge's
+  ``outputs/benchmark-sweep.run.jsonl`` (``.run.after<n>.jsonl`` for a run with ``--skip-done``, appended
+  to while it runs) and an earlier run's file kept as ``.jsonl.prev<n>``; the merge's
   ``outputs/benchmark-sweep.json`` and ``outputs/benchmark-sweep.md`` (their ``.tmp`` while being
   written) and ``outputs/figures/benchmark_sweep.png``, each with an earlier merge's kept as ``.prev<n>``
   (``SWEEP_FILES``);
@@ -111,7 +111,7 @@ BENCHMARK_FILES = (
 )
 #: The benchmark sweep's files, by the names ``benchmarks.sweep`` gives them (a test checks they agree).
 SWEEP_FILES = (
-    r"outputs/benchmark-sweep\.run(?:\.after\d+)?\.(?:json|tmp)(?:\.prev\d+)?",
+    r"outputs/benchmark-sweep\.run(?:\.after\d+)?\.jsonl(?:\.prev\d+)?",
     r"outputs/benchmark-sweep\.(?:json|md|tmp)(?:\.prev\d+)?",
     r"outputs/figures/benchmark_sweep\.png(?:\.prev\d+)?",
 )

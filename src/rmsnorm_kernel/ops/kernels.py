@@ -220,8 +220,8 @@ def _rmsnorm_bwd_kernel(
     # over each tile's rows as it comes, in float64: a float32 running sum over thousands of rows drifts
     # by more than float32's tolerance; one float64 add per element costs no memory traffic. With
     # ROWWISE_DGAMMA (narrow rows of 16-bit x, whose rows lie across warps) each (row, column) element of
-    # the tile keeps its own float32 sum over this program's tiles only (62-63 terms for 2**20 rows of 64 on
-    # an H200), and the rows are summed in float64 once, at the end: no sum across warps per tile. The
+    # the tile keeps its own float32 sum over this program's tiles only (as many terms as tiles per program,
+    # a few dozen), and the rows are summed in float64 once, at the end: no sum across warps per tile. The
     # 16-bit dtypes' tolerances leave room for those float32 sums; float32's does not.
     if ROWWISE_DGAMMA:
         dgamma_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
@@ -288,11 +288,10 @@ def _rmsnorm_fwd_chunked_kernel(
     FP64: tl.constexpr,
 ):
     ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
-    # One program per row (a persistent loop over rows measured slower, docs/performance-notes.md).
+    # One program per row (a persistent loop over rows was slower: docs/design.md).
     # N is a compile-time constant here, one compiled kernel per row width: with the loops' trip count
-    # and the last chunk's mask known, the same plans ran 10-18% faster at aligned N = 5632-24576 on an
-    # H200 (slower in one 8192-lane chunk and at rows off 16 bytes: the plans were refitted with N known,
-    # docs/backward-design.md).
+    # and the last chunk's mask known, the compiler schedules the chunks better, and the chunk sizes of
+    # the plans are fitted with N known (docs/design.md).
     stride_x, stride_y = stride_x // VEC * VEC, stride_y // VEC * VEC  # vector loads (N is known)
     stride_res, stride_h = stride_res // VEC * VEC, stride_h // VEC * VEC
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride may pass 2**31

@@ -19,8 +19,7 @@ The rules are the code below, in this order:
 - ``stages_that_fit`` cuts every pipeline to the GPU's shared memory.
 - ``vector_width`` and ``plan_for``: the plan for the tensors at hand, on their device's GPU.
 
-Why each number is what it is, with the measurements: ``docs/performance-notes.md`` and
-``docs/backward-design.md``.
+Why each number is what it is, with the measurements behind it: ``docs/design.md``.
 """
 
 from __future__ import annotations
@@ -58,8 +57,8 @@ CHUNK_ELEMENTS_PER_THREAD = 4
 # along the row, whose count the kernel knows at compile time)
 WIDE_FWD_CHUNK = 4096
 # Rows off a 16-byte boundary wider than ROW_LIMIT: chunks of CHUNK_ELEMENTS_PER_THREAD lanes a thread on
-# UNALIGNED_CHUNK_WARPS[x_bytes] warps (loads narrower than 16 bytes: wider chunks held more registers;
-# fitted at N = 12295)
+# UNALIGNED_CHUNK_WARPS[x_bytes] warps (loads narrower than 16 bytes: wider chunks held more registers
+# than the bytes in flight they added were worth)
 UNALIGNED_CHUNK_WARPS = {2: 8, 4: 16, 8: 16}
 LOOP_FWD_MAX_CHUNK = 32768
 PADDED_LOOP_FWD_MAX_CHUNK = 8192
@@ -93,7 +92,7 @@ SEG_PROGRAMS_PER_SM = 2
 # dgamma's second pass over the (P, N) partials
 SUM_BLOCK_P = 64
 SUM_BLOCK_N = 32
-# Under Triton's interpreter programs run one after another, about a millisecond each: fewer, wider ones
+# Under Triton's interpreter programs run one after another, each at a large fixed cost: fewer, wider ones
 INTERPRETER_SUM_BLOCK_N = 1024
 SUM_WARPS = 4
 # Shared memory left for Triton's own reduction scratch when sizing pipeline stages.
@@ -129,7 +128,7 @@ class Gpu:
 #: An H200 (an H100 has the same limits): for tests and benchmarks that plan for a GPU they do not run on.
 H200 = Gpu(sms=132, smem_bytes=227 * 1024, l2_bytes=60 * 1024 * 1024, threads_per_sm=2048)
 #: What plans for Triton's interpreter (CPU tensors) are made with: an H200 of 2 multiprocessors. The
-#: interpreter runs programs one after another, each about a millisecond, so persistent grids (a program
+#: interpreter runs programs one after another, each at a large fixed cost, so persistent grids (a program
 #: or two a multiprocessor) stay at a few programs; the other limits only choose tiles, which the
 #: interpreter runs at any size.
 INTERPRETER = Gpu(sms=2, smem_bytes=H200.smem_bytes, l2_bytes=H200.l2_bytes, threads_per_sm=H200.threads_per_sm)
@@ -166,8 +165,8 @@ class Plan:
     #: float32, and the tile's rows are summed once at the end (narrow rows of 16-bit x, whose rows spread
     #: over warps: a sum across warps every tile cost more than the tile's memory traffic), when programs
     #: take more than one tile; otherwise each tile's rows are summed as they come, into float64. Not for
-    #: float32 x: the float32 running sums put its dgamma past float32's tolerance (131072 rows of 256:
-    #: 1.4x it).
+    #: float32 x: over many rows the float32 running sums put its dgamma past float32's tolerance
+    #: (docs/design.md).
     bwd_rowwise_dgamma: bool
     #: Backward grid: (programs along rows, column segments).
     bwd_grid: tuple[int, int]
@@ -315,7 +314,7 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
     block_m, warps = backward_tile(block_n, x_bytes)
     # Narrow 16-bit rows sum dgamma per tile element (tiles sized for float32 sums) only when programs
     # take more than one tile: with one tile each there is nothing to sum across tiles, and the smaller
-    # tiles only double the programs and the partials (1024 x 1024 forward + backward: 12.1 against 10.5 us).
+    # tiles only double the programs and the partials, which made small problems slower (docs/design.md).
     rowwise = narrow and x_bytes == 2 and triton.cdiv(rows, block_m) > per_sm * gpu.sms
     if rowwise:
         block_m, warps = backward_tile(block_n, x_bytes, rowwise=True)
