@@ -170,3 +170,51 @@ def test_bfloat16_outputs_are_bit_identical_to_transformers_module_and_gradients
     for name, got, want in [("dx", dx_o, dx_want), ("dweight", dw_o, dw_want)]:
         c = compare(got, want)
         assert c.ok, f"{name}: {c.max_abs:.3g} off the oracle, {c.worst_over_tol:.3g} x the tolerance"
+
+
+def test_converted_norms_keep_each_modules_training_mode():
+    model = small_model("llama", torch.float32, "cpu").eval()
+    model.model.layers[1].input_layernorm.train()  # one norm in training mode inside a model in eval()
+    modes = {name: m.training for name, m in model.named_modules()}
+    done = swap_rmsnorm(model)
+    assert len(done.replaced) == FAMILIES["llama"][2]
+    assert {name: m.training for name, m in model.named_modules()} == modes
+    assert not model.model.norm.training and model.model.layers[1].input_layernorm.training
+
+
+def test_hooks_on_a_norm_stay_fire_once_a_call_and_their_handles_still_remove_them(device):
+    norm = nn.RMSNorm(8, device=device)
+    model = nn.Sequential(nn.Linear(8, 8, device=device), norm)
+    fired = []
+    handles = [
+        norm.register_forward_pre_hook(lambda m, args: fired.append("pre")),
+        norm.register_forward_hook(lambda m, args, out: fired.append("forward")),
+        norm.register_full_backward_hook(lambda m, gin, gout: fired.append("backward")),
+        norm.register_state_dict_post_hook(lambda m, sd, prefix, local: fired.append("state_dict")),
+        norm.register_load_state_dict_post_hook(lambda m, keys: fired.append("load")),
+    ]
+    done = swap_rmsnorm(model)
+    assert done.replaced == {"1": "RMSNorm"} and model[1] is norm and isinstance(norm, RMSNorm)
+    before = call_counts()
+    model(torch.randn(3, 8, device=device, requires_grad=True)).sum().backward()
+    after = call_counts()
+    assert (after["forward"] - before["forward"], after["backward"] - before["backward"]) == (1, 1)
+    model.load_state_dict(model.state_dict())
+    assert fired == ["pre", "forward", "backward", "state_dict", "load"]
+    for handle in handles:
+        handle.remove()
+    model(torch.randn(3, 8, device=device, requires_grad=True)).sum().backward()
+    model.load_state_dict(model.state_dict())
+    assert len(fired) == 5
+
+
+def test_a_norm_whose_forward_is_set_on_the_module_is_left_as_it_is_and_named(caplog):
+    norm = nn.RMSNorm(8)
+    norm.forward = lambda x: x  # as accelerate's hooks wrap a module's forward
+    linear = nn.Linear(8, 8)
+    linear.forward = lambda x: x  # not a norm: not named
+    model = nn.Sequential(norm, linear)
+    done = swap_rmsnorm(model)
+    assert done.replaced == {} and type(norm) is nn.RMSNorm and list(done.refused) == ["0"]
+    assert "forward is set on the module itself" in done.refused["0"]
+    assert "swap_rmsnorm: 0 left as it is: its forward is set on the module itself" in caplog.text
