@@ -218,3 +218,15 @@ def test_a_norm_whose_forward_is_set_on_the_module_is_left_as_it_is_and_named(ca
     assert done.replaced == {} and type(norm) is nn.RMSNorm and list(done.refused) == ["0"]
     assert "forward is set on the module itself" in done.refused["0"]
     assert "swap_rmsnorm: 0 left as it is: its forward is set on the module itself" in caplog.text
+
+
+def test_a_norm_passed_as_the_model_is_converted_in_place_under_the_empty_name(device):
+    norm = nn.RMSNorm(8, eps=1e-5, device=device)
+    weight = norm.weight
+    done = swap_rmsnorm(norm)
+    assert done.replaced == {"": "RMSNorm"} and isinstance(norm, RMSNorm) and norm.weight is weight
+    before = call_counts()
+    norm(torch.randn(2, 8, device=device))
+    assert call_counts()["forward"] - before["forward"] == 1
+    again = swap_rmsnorm(norm, impl="reference")
+    assert again.replaced == {} and again.retargeted == {"": "triton"} and norm.impl == "reference"

@@ -44,7 +44,7 @@ _MODULE_STATE = frozenset(vars(nn.Module()))
 @dataclass
 class Swapped:
     """What ``swap_rmsnorm`` did, by module name (as ``model.named_modules()`` gives it, every name under
-    which a module is held)."""
+    which a module is held; ``""`` is the model itself)."""
 
     #: name -> the class it replaced
     replaced: dict[str, str] = field(default_factory=dict)
@@ -86,6 +86,9 @@ def swap_rmsnorm(model: nn.Module, *, impl: str = "triton", fallback: str | None
     ``RMSNorm(..., impl=impl, fallback=fallback)`` with the same weight, eps and numerics, and set
     ``impl`` and ``fallback`` on the modules of this package it finds (a second swap changes the path);
     return what it did. A module held under several names is converted once and named under all of them.
+    ``model`` itself is one of the modules: a norm passed as the model is converted (or retargeted) in
+    place like any other, under the name ``""`` (``model.named_modules()``'s name for the root), so the
+    caller's reference is the converted module.
 
     A norm it knows whose forward is set on the module itself (as accelerate's hooks set it) is left as it
     is and named in ``refused`` with the reason. Nothing is changed until every module has been looked at.
@@ -99,8 +102,6 @@ def swap_rmsnorm(model: nn.Module, *, impl: str = "triton", fallback: str | None
     done = Swapped()
     plan: dict[int, tuple[nn.Module, RMSNorm | None]] = {}  # by id: the module, its template (None: retarget)
     for name, module in list(model.named_modules(remove_duplicate=False)):
-        if not name:
-            continue  # the model itself
         if id(module) in plan:
             decision = plan[id(module)]
         elif isinstance(module, RMSNorm):
