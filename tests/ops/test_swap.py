@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from rmsnorm_kernel import RMSNorm, call_counts, oracle, swap_rmsnorm
+from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.tolerances import compare
 
 transformers = pytest.importorskip("transformers")
@@ -230,3 +231,53 @@ def test_a_norm_passed_as_the_model_is_converted_in_place_under_the_empty_name(d
     assert call_counts()["forward"] - before["forward"] == 1
     again = swap_rmsnorm(norm, impl="reference")
     assert again.replaced == {} and again.retargeted == {"": "triton"} and norm.impl == "reference"
+
+
+@pytest.mark.parametrize(
+    "make, reason",
+    [
+        (lambda: nn.RMSNorm(8, eps=0.0), "eps is 0.0; accepted: a finite number > 0"),
+        (lambda: nn.RMSNorm((2, MAX_N)), f"x has rows of N = {2 * MAX_N} elements; accepted: N <= {MAX_N}"),
+        (lambda: nn.RMSNorm(8, dtype=torch.float8_e4m3fn), "gamma has dtype torch.float8_e4m3fn"),
+        (
+            lambda: transformers.models.llama.modeling_llama.LlamaRMSNorm(8, eps=0.0),
+            "eps is 0.0; accepted: a finite number > 0",
+        ),
+        (
+            lambda: transformers.models.gemma.modeling_gemma.GemmaRMSNorm(MAX_N + 1),
+            f"N = {MAX_N + 1} elements; accepted: N <= {MAX_N}",
+        ),
+    ],
+    ids=["eps0", "rows_too_long", "float8_weight", "llama_eps0", "gemma_rows_too_long"],
+)
+def test_a_norm_the_triton_path_would_refuse_is_left_as_it_is_and_named_with_the_contracts_reason(make, reason, caplog):
+    norm = make()
+    cls = type(norm)
+    model = nn.Sequential(nn.RMSNorm(8), norm)
+    done = swap_rmsnorm(model)
+    assert done.replaced == {"0": "RMSNorm"} and type(model[1]) is cls
+    assert done.refused["1"].startswith("the Triton path would refuse it at its first forward: rmsnorm (triton): ")
+    assert reason in done.refused["1"] and reason in caplog.text
+
+
+def test_a_norm_the_triton_path_refuses_is_converted_where_a_path_takes_it(device):
+    model = nn.Sequential(nn.RMSNorm(8, eps=0.0, device=device))
+    done = swap_rmsnorm(model, fallback="reference")
+    assert done.replaced == {"0": "RMSNorm"} and done.refused == {}
+    model(torch.randn(2, 8, device=device))
+    assert model[0].fallback_count == 1  # the reference took the call the kernels refuse
+    swap_rmsnorm(torch_norm := nn.RMSNorm(8, eps=0.0), impl="native")
+    assert isinstance(torch_norm, RMSNorm) and torch_norm.impl == "native"
+    again = swap_rmsnorm(model)  # back to the kernels without the fallback: refused, left on its path
+    assert again.retargeted == {} and "eps is 0.0" in again.refused["0"] and model[0].fallback == "reference"
+
+
+def test_norms_a_conversion_could_not_keep_whole_are_left_as_they_are_and_named():
+    zero = nn.RMSNorm(0)  # torch takes a zero dimension; this package's RMSNorm does not
+    parametrized = nn.RMSNorm(8)
+    torch.nn.utils.parametrize.register_parametrization(parametrized, "weight", nn.Identity())
+    model = nn.Sequential(zero, parametrized)
+    done = swap_rmsnorm(model, impl="reference")
+    assert done.replaced == {} and type(zero) is nn.RMSNorm and isinstance(parametrized, nn.RMSNorm)
+    assert "normalized_shape is (0,); accepted: a positive int" in done.refused["0"]
+    assert "its weight is parametrized (torch.nn.utils.parametrize)" in done.refused["1"]

@@ -8,19 +8,25 @@ the module holds stays with it: its weight (the same ``Parameter``: an optimizer
 and weights tied elsewhere, still see it, on its device and in its dtype), its training mode, its hooks
 (forward, pre-forward, backward, state-dict and load-state-dict hooks, whose handles still remove them),
 and every reference to it (under every name it is held by, the model itself included when the model is
-a norm). Any other module whose class name says RMSNorm is left alone and named in the result, and in a
-warning.
+a norm). A norm it knows that the path asked for would refuse at its first forward is left as it is and
+named, with the reason (``swap_rmsnorm`` says which). Any other module whose class name says RMSNorm is
+left alone and named in the result. Both are named in a warning too.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
+from .backend import kernel_device_type
+from .contract import ContractError, check_forward
 from .impls import FALLBACKS, IMPLS
-from .module import RMSNorm
+from .module import RMSNorm, default_eps
 
 log = logging.getLogger("rmsnorm_kernel")
 
@@ -56,9 +62,25 @@ class Swapped:
     refused: dict[str, str] = field(default_factory=dict)
 
 
+def _triton_refusal(shape: tuple[int, ...], eps: float | None, weight: torch.Tensor | None) -> str | None:
+    """What the Triton path's contract (``contract.check_forward``) refuses in a norm over ``shape`` with this
+    eps and weight, or None if it takes it. It judges what the module fixes (N, the product of ``shape``;
+    eps; the weight's dtype) on an x with no rows, in float32, on the kernels' device: x's own dtype and
+    device are checked at each forward."""
+    n = math.prod(shape)
+    device = kernel_device_type()
+    x = torch.empty((0, n), device=device)
+    gamma = torch.empty((), device=device, dtype=torch.float32 if weight is None else weight.dtype).expand(n)
+    try:
+        check_forward(x, gamma, default_eps(torch.float32) if eps is None else eps)
+    except ContractError as e:
+        return f"the Triton path would refuse it at its first forward: {e}"
+    return None
+
+
 def _template(module: nn.Module, impl: str, fallback: str | None) -> RMSNorm | str | None:
     """An ``RMSNorm`` (on the meta device) computing what ``module`` computes, whose attributes a conversion
-    gives ``module``; the reason a norm it knows cannot be converted; or None for a module it does not know."""
+    gives ``module``; the reason a norm it knows is left as it is; or None for a module it does not know."""
     cls = type(module)
     if isinstance(module, nn.RMSNorm):
         shape, eps, affine, mode = module.normalized_shape, module.eps, module.elementwise_affine, "torch"
@@ -69,7 +91,15 @@ def _template(module: nn.Module, impl: str, fallback: str | None) -> RMSNorm | s
         return None
     if "forward" in vars(module):
         return "its forward is set on the module itself (as accelerate's hooks set it), which a conversion would bypass"
-    return RMSNorm(shape, eps, affine, device="meta", impl=impl, fallback=fallback, mode=mode)
+    if parametrize.is_parametrized(module):
+        return "its weight is parametrized (torch.nn.utils.parametrize), which a conversion would drop"
+    try:
+        template = RMSNorm(shape, eps, affine, device="meta", impl=impl, fallback=fallback, mode=mode)
+    except ValueError as e:  # a shape torch takes and this package does not: a zero, or no dimension
+        return str(e)
+    if impl == "triton" and fallback is None:
+        return _triton_refusal(template.normalized_shape, eps, module.weight) or template
+    return template
 
 
 def _convert(module: nn.Module, template: RMSNorm) -> None:
@@ -90,8 +120,14 @@ def swap_rmsnorm(model: nn.Module, *, impl: str = "triton", fallback: str | None
     place like any other, under the name ``""`` (``model.named_modules()``'s name for the root), so the
     caller's reference is the converted module.
 
-    A norm it knows whose forward is set on the module itself (as accelerate's hooks set it) is left as it
-    is and named in ``refused`` with the reason. Nothing is changed until every module has been looked at.
+    A norm it knows is left as it is, and named in ``refused`` with the reason, when the path asked for
+    would refuse it at its first forward: on ``impl="triton"`` without a fallback, a norm whose row length
+    (the product of its shape), eps or weight dtype the Triton path's contract refuses (``contract.py``
+    decides; torch takes ``eps=0`` and rows of any length); on any path, a shape with a zero or no
+    dimension. With ``fallback="reference"`` such a norm is converted, and its calls go to the reference.
+    A norm whose forward is set on the module itself (as accelerate's hooks set it), or whose weight is
+    parametrized (``torch.nn.utils.parametrize``), is left as it is too. Nothing is changed until every
+    module has been looked at.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"swap_rmsnorm: model is a {type(model).__name__}; accepted: a torch.nn.Module")
@@ -105,6 +141,12 @@ def swap_rmsnorm(model: nn.Module, *, impl: str = "triton", fallback: str | None
         if id(module) in plan:
             decision = plan[id(module)]
         elif isinstance(module, RMSNorm):
+            reason = None
+            if impl == "triton" and fallback is None:
+                reason = _triton_refusal(module.normalized_shape, module.eps, module.weight)
+            if reason is not None:
+                done.refused[name] = reason
+                continue
             decision = plan[id(module)] = (module, None)
         else:
             made = _template(module, impl, fallback)
