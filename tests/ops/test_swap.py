@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from rmsnorm_kernel import RMSNorm, call_counts, oracle, swap_rmsnorm
+from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.tolerances import compare
 
 transformers = pytest.importorskip("transformers")
@@ -170,3 +171,113 @@ def test_bfloat16_outputs_are_bit_identical_to_transformers_module_and_gradients
     for name, got, want in [("dx", dx_o, dx_want), ("dweight", dw_o, dw_want)]:
         c = compare(got, want)
         assert c.ok, f"{name}: {c.max_abs:.3g} off the oracle, {c.worst_over_tol:.3g} x the tolerance"
+
+
+def test_converted_norms_keep_each_modules_training_mode():
+    model = small_model("llama", torch.float32, "cpu").eval()
+    model.model.layers[1].input_layernorm.train()  # one norm in training mode inside a model in eval()
+    modes = {name: m.training for name, m in model.named_modules()}
+    done = swap_rmsnorm(model)
+    assert len(done.replaced) == FAMILIES["llama"][2]
+    assert {name: m.training for name, m in model.named_modules()} == modes
+    assert not model.model.norm.training and model.model.layers[1].input_layernorm.training
+
+
+def test_hooks_on_a_norm_stay_fire_once_a_call_and_their_handles_still_remove_them(device):
+    norm = nn.RMSNorm(8, device=device)
+    model = nn.Sequential(nn.Linear(8, 8, device=device), norm)
+    fired = []
+    handles = [
+        norm.register_forward_pre_hook(lambda m, args: fired.append("pre")),
+        norm.register_forward_hook(lambda m, args, out: fired.append("forward")),
+        norm.register_full_backward_hook(lambda m, gin, gout: fired.append("backward")),
+        norm.register_state_dict_post_hook(lambda m, sd, prefix, local: fired.append("state_dict")),
+        norm.register_load_state_dict_post_hook(lambda m, keys: fired.append("load")),
+    ]
+    done = swap_rmsnorm(model)
+    assert done.replaced == {"1": "RMSNorm"} and model[1] is norm and isinstance(norm, RMSNorm)
+    before = call_counts()
+    model(torch.randn(3, 8, device=device, requires_grad=True)).sum().backward()
+    after = call_counts()
+    assert (after["forward"] - before["forward"], after["backward"] - before["backward"]) == (1, 1)
+    model.load_state_dict(model.state_dict())
+    assert fired == ["pre", "forward", "backward", "state_dict", "load"]
+    for handle in handles:
+        handle.remove()
+    model(torch.randn(3, 8, device=device, requires_grad=True)).sum().backward()
+    model.load_state_dict(model.state_dict())
+    assert len(fired) == 5
+
+
+def test_a_norm_whose_forward_is_set_on_the_module_is_left_as_it_is_and_named(caplog):
+    norm = nn.RMSNorm(8)
+    norm.forward = lambda x: x  # as accelerate's hooks wrap a module's forward
+    linear = nn.Linear(8, 8)
+    linear.forward = lambda x: x  # not a norm: not named
+    model = nn.Sequential(norm, linear)
+    done = swap_rmsnorm(model)
+    assert done.replaced == {} and type(norm) is nn.RMSNorm and list(done.refused) == ["0"]
+    assert "forward is set on the module itself" in done.refused["0"]
+    assert "swap_rmsnorm: 0 left as it is: its forward is set on the module itself" in caplog.text
+
+
+def test_a_norm_passed_as_the_model_is_converted_in_place_under_the_empty_name(device):
+    norm = nn.RMSNorm(8, eps=1e-5, device=device)
+    weight = norm.weight
+    done = swap_rmsnorm(norm)
+    assert done.replaced == {"": "RMSNorm"} and isinstance(norm, RMSNorm) and norm.weight is weight
+    before = call_counts()
+    norm(torch.randn(2, 8, device=device))
+    assert call_counts()["forward"] - before["forward"] == 1
+    again = swap_rmsnorm(norm, impl="reference")
+    assert again.replaced == {} and again.retargeted == {"": "triton"} and norm.impl == "reference"
+
+
+@pytest.mark.parametrize(
+    "make, reason",
+    [
+        (lambda: nn.RMSNorm(8, eps=0.0), "eps is 0.0; accepted: a finite number > 0"),
+        (lambda: nn.RMSNorm((2, MAX_N)), f"x has rows of N = {2 * MAX_N} elements; accepted: N <= {MAX_N}"),
+        (lambda: nn.RMSNorm(8, dtype=torch.float8_e4m3fn), "gamma has dtype torch.float8_e4m3fn"),
+        (
+            lambda: transformers.models.llama.modeling_llama.LlamaRMSNorm(8, eps=0.0),
+            "eps is 0.0; accepted: a finite number > 0",
+        ),
+        (
+            lambda: transformers.models.gemma.modeling_gemma.GemmaRMSNorm(MAX_N + 1),
+            f"N = {MAX_N + 1} elements; accepted: N <= {MAX_N}",
+        ),
+    ],
+    ids=["eps0", "rows_too_long", "float8_weight", "llama_eps0", "gemma_rows_too_long"],
+)
+def test_a_norm_the_triton_path_would_refuse_is_left_as_it_is_and_named_with_the_contracts_reason(make, reason, caplog):
+    norm = make()
+    cls = type(norm)
+    model = nn.Sequential(nn.RMSNorm(8), norm)
+    done = swap_rmsnorm(model)
+    assert done.replaced == {"0": "RMSNorm"} and type(model[1]) is cls
+    assert done.refused["1"].startswith("the Triton path would refuse it at its first forward: rmsnorm (triton): ")
+    assert reason in done.refused["1"] and reason in caplog.text
+
+
+def test_a_norm_the_triton_path_refuses_is_converted_where_a_path_takes_it(device):
+    model = nn.Sequential(nn.RMSNorm(8, eps=0.0, device=device))
+    done = swap_rmsnorm(model, fallback="reference")
+    assert done.replaced == {"0": "RMSNorm"} and done.refused == {}
+    model(torch.randn(2, 8, device=device))
+    assert model[0].fallback_count == 1  # the reference took the call the kernels refuse
+    swap_rmsnorm(torch_norm := nn.RMSNorm(8, eps=0.0), impl="native")
+    assert isinstance(torch_norm, RMSNorm) and torch_norm.impl == "native"
+    again = swap_rmsnorm(model)  # back to the kernels without the fallback: refused, left on its path
+    assert again.retargeted == {} and "eps is 0.0" in again.refused["0"] and model[0].fallback == "reference"
+
+
+def test_norms_a_conversion_could_not_keep_whole_are_left_as_they_are_and_named():
+    zero = nn.RMSNorm(0)  # torch takes a zero dimension; this package's RMSNorm does not
+    parametrized = nn.RMSNorm(8)
+    torch.nn.utils.parametrize.register_parametrization(parametrized, "weight", nn.Identity())
+    model = nn.Sequential(zero, parametrized)
+    done = swap_rmsnorm(model, impl="reference")
+    assert done.replaced == {} and type(zero) is nn.RMSNorm and isinstance(parametrized, nn.RMSNorm)
+    assert "normalized_shape is (0,); accepted: a positive int" in done.refused["0"]
+    assert "its weight is parametrized (torch.nn.utils.parametrize)" in done.refused["1"]

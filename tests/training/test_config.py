@@ -8,7 +8,9 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ValidationError
 
+from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.impls import IMPLS
+from rmsnorm_kernel.training import config
 from rmsnorm_kernel.training.config import STRATEGIES, ConfigError, check_path, check_processes, validate
 from tests.helpers import compose_cfg
 
@@ -292,3 +294,52 @@ def test_importing_the_config_imports_neither_triton_nor_lightning():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["model=transformer", "model.dim=70000"], "model.dim"),  # rows of every norm of the decoder
+        ([f"model.hidden_dim={MAX_N + 1}"], "model.hidden_dim"),  # the regression's one norm
+    ],
+)
+def test_a_model_width_the_triton_paths_norms_refuse_is_a_configuration_error_naming_the_contracts_limit(
+    overrides, key
+):
+    cfg = compose_cfg(overrides)
+    value = cfg.model[key.removeprefix("model.")]
+    with pytest.raises(ConfigError) as info:
+        validate(cfg)
+    assert str(info.value) == (
+        f"{key} is {value}; accepted: an integer from 1 to {MAX_N}, the longest row the Triton path's norms take "
+        "(every run checks that path against the reference)"
+    )
+    validate(compose_cfg([f"model.hidden_dim={MAX_N}"]))  # the limit itself is taken
+
+
+#: A decoder of dim 4096 (2 blocks, SwiGLU of 128): 2 * (4 * 4096**2 + 3 * 4096 * 128 + 2 * 4096) + 257 * 4096
+#: parameters (qkv, out, the MLP, two norms a block; the embedding and the final norm).
+WIDE_DECODER = ["model=transformer", "model.dim=4096"]
+WIDE_DECODER_PARAMETERS = 2 * (4 * 4096**2 + 3 * 4096 * 128 + 2 * 4096) + 257 * 4096
+
+
+def test_model_sizes_whose_training_state_cannot_fit_in_memory_are_refused_in_one_line(base_cfg, monkeypatch):
+    """16 bytes a float32 parameter (weight, gradient, Adam's two moments) against the memory a process
+    trains in, here 1.5 GiB: 2.06 GiB in float32 is refused, 1.03 GiB in bfloat16 or a half under fsdp2 is not."""
+    monkeypatch.setattr(config, "memory_bytes", lambda on_gpu: 3 * 2**29)
+    need = 16 * WIDE_DECODER_PARAMETERS / 2**30
+    with pytest.raises(ConfigError) as info:
+        validate(compose_cfg(WIDE_DECODER))
+    line = str(info.value)
+    assert "\n" not in line and line.startswith("model sizes dim 4096, layers 2, heads 4, mlp_hidden 128, seq_len 64 ")
+    assert f"a network of {WIDE_DECODER_PARAMETERS:,} parameters" in line
+    assert f"takes {need:,.1f} GiB a process; accepted: sizes whose training state fits in the " in line
+    assert line.endswith("'s 1.5 GiB")
+    validate(compose_cfg([*WIDE_DECODER, "trainer.precision=bf16-true"]))
+    validate(compose_cfg([*WIDE_DECODER, "trainer.strategy=fsdp2", "trainer.accelerator=cpu", "trainer.devices=2"]))
+    validate(base_cfg)
+
+
+def test_a_network_too_large_for_any_machine_is_a_configuration_error_not_an_allocation():
+    with pytest.raises(ConfigError, match=r"^model sizes input_dim 10000000, hidden_dim 65536, output_dim 16 make"):
+        validate(compose_cfg(["model.input_dim=10000000", f"model.hidden_dim={MAX_N}"]))

@@ -5,7 +5,8 @@ It is registered in Hydra's ConfigStore as ``base_config``; ``conf/config.yaml``
 in its defaults, so every value from a YAML file or the command line is checked against these types
 when Hydra composes the configuration (a string for ``trainer.max_steps`` fails there, naming the key).
 Ranges (a negative step count, a zero batch size, a NaN, a seed numpy refuses, an eps float32 cannot
-hold, splits too small for the processes, a path longer than the file system allows) are checked by
+hold, splits too small for the processes, a path longer than the file system allows, a norm wider than
+the Triton contract's ``MAX_N``, a network whose training state does not fit in memory) are checked by
 ``validate`` before any work starts.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from ..ops.contract import MAX_N
 from ..ops.impls import FALLBACKS, IMPLS
 from .paths import project_path
 
@@ -161,6 +163,8 @@ FLOAT32_TINY = 2.0**-126
 FLOAT32_MAX = (2 - 2.0**-23) * 2.0**127
 #: Bytes below a configured output folder that a run adds: ``<run name>/version_<n>/<file>``.
 RUN_TAIL_BYTES = 255
+#: Copies of the parameters that training holds: the weights, their gradients and Adam's two moments.
+TRAINING_STATE_COPIES = 4
 #: When the file system does not say (``os.pathconf``): the common limits.
 NAME_MAX, PATH_MAX = 255, 4096
 
@@ -285,6 +289,12 @@ def check_model(cfg: DictConfig) -> dict[str, int]:
         accepted = "a number >= 0 with model.kind mlp" if kind == "mlp" else f"null with model.kind {kind}"
         raise ConfigError(f"data.noise is {noise}; accepted: {accepted}")
     sizes = {f"model.{key}": cfg.model[key] for key in MODEL_KINDS[kind] if key != "qk_norm"}
+    width_key = "model.hidden_dim" if kind == "mlp" else "model.dim"  # the rows of every norm (q/k norm: narrower)
+    if sizes[width_key] > MAX_N:
+        raise ConfigError(
+            f"{width_key} is {sizes[width_key]}; accepted: an integer from 1 to {MAX_N}, the longest row the Triton "
+            "path's norms take (every run checks that path against the reference)"
+        )
     if kind == "transformer":
         dim, heads = cfg.model.dim, cfg.model.heads
         if heads >= 1 and dim >= 1 and (dim % heads or (dim // heads) % 2):
@@ -293,6 +303,50 @@ def check_model(cfg: DictConfig) -> dict[str, int]:
                 "heads of an even size (rotary embeddings rotate pairs)"
             )
     return sizes
+
+
+def memory_bytes(on_gpu: bool) -> int:
+    """The memory a process trains in: a GPU's (the first one's), or the machine's physical memory."""
+    import torch
+
+    if on_gpu:
+        return torch.cuda.get_device_properties(0).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(cfg: DictConfig, processes: int) -> None:
+    """Refuse model sizes whose training state (``TRAINING_STATE_COPIES`` copies of the parameters, in their
+    dtype; under fsdp2 shared by the processes) does not fit in the memory a process trains in: a lower
+    bound of what training needs (activations come on top), so that what it refuses can never run. The
+    parameters are counted on a network built on the meta device, which allocates nothing."""
+    import torch
+
+    from .network import build_network
+
+    sizes = {key: cfg.model[key] for key in MODEL_KINDS[cfg.model.kind]}
+    bf16 = str(cfg.trainer.precision) == "bf16-true"
+    with torch.device("meta"):
+        net = build_network(
+            **{"input_dim": None, "hidden_dim": None, "output_dim": None, **sizes},
+            norm_impl=cfg.norm.impl,
+            eps=cfg.norm.eps,
+            kind=cfg.model.kind,
+            dtype="bfloat16" if bf16 else "float32",
+        )
+    parameters = sum(p.numel() for p in net.parameters())
+    parameter_bytes = sum(p.numel() * p.element_size() for p in net.parameters())
+    shards = processes if cfg.trainer.strategy == "fsdp2" else 1
+    need = TRAINING_STATE_COPIES * parameter_bytes // shards
+    accelerator = cfg.trainer.accelerator
+    on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    have = memory_bytes(on_gpu)
+    if need > have:
+        listed = ", ".join(f"{key} {value}" for key, value in sizes.items() if key != "qk_norm")
+        raise ConfigError(
+            f"model sizes {listed} make a network of {parameters:,} parameters, whose training state (weights, "
+            f"gradients and Adam's two moments) takes {need / 2**30:,.1f} GiB a process; accepted: sizes whose "
+            f"training state fits in the {'GPU' if on_gpu else 'machine'}'s {have / 2**30:,.1f} GiB"
+        )
 
 
 def validate(cfg: DictConfig) -> None:
@@ -357,5 +411,6 @@ def validate(cfg: DictConfig) -> None:
             "with a ddp strategy"
         )
     check_processes(cfg, processes)
+    check_memory(cfg, processes)
     for key in ("runs", "checkpoints"):
         check_path(f"paths.{key}", project_path(cfg.paths[key]))
