@@ -31,7 +31,8 @@ Generated, relative to that folder (``<name>`` is any run name, ``<k>``, ``<n>``
 - ``outputs/compile-report/inductor_output_<n>.py`` (``compile_report.compile_report``);
 - in a Hydra job folder under ``outputs/hydra/`` or ``multirun/`` (a folder whose ``.hydra/`` holds
   ``hydra.yaml``): ``.hydra/config.yaml``, ``.hydra/hydra.yaml``, ``.hydra/overrides.yaml`` and
-  ``train.log``; in a sweep folder there, ``multirun.yaml``;
+  ``train.log``, and ``traceback.txt`` (``training.cli.TRACEBACK_NAME``: the traceback of a run that
+  crashed); in a sweep folder there, ``multirun.yaml``;
 - ``runs/<name>/version_<k>/events.out.tfevents.*`` and ``hparams.yaml`` (Lightning's
   ``TensorBoardLogger``); ``runs/summary_*.md`` and ``runs/summary_*.json``
   (``training.summary.MultirunSummary``);
@@ -144,8 +145,13 @@ _STATIC_PATTERNS = [
         rf"{_CACHE}/[^/]+\.pyc",
     )
 ]
-#: Hydra's files of one job, generated only where ``<job>/.hydra/hydra.yaml`` exists.
-_HYDRA_JOB_FILE = re.compile(rf"(?P<job>{_HYDRA})/(?:\.hydra/(?:config|hydra|overrides)\.yaml|train\.log)")
+#: The traceback ``train.py`` writes into its Hydra job folder after a crash (``training.cli.TRACEBACK_NAME``;
+#: a test checks they agree).
+TRACEBACK_NAME = "traceback.txt"
+#: Hydra's files of one job, and the crash's traceback, generated only where ``<job>/.hydra/hydra.yaml`` exists.
+_HYDRA_JOB_FILE = re.compile(
+    rf"(?P<job>{_HYDRA})/(?:\.hydra/(?:config|hydra|overrides)\.yaml|train\.log|{re.escape(TRACEBACK_NAME)})"
+)
 _LAYOUT_FOLDER = re.compile(rf"(?:runs|checkpoints)/[^/]+(?:/version_\d+)?|\.pytest_cache/.+|{_CACHE}")
 
 WOULD_REMOVE, REMOVED = "would remove", "removed"

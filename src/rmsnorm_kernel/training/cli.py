@@ -53,6 +53,8 @@ from .run import OutputError, RunResult, run
 from .summary import format_summary
 
 PROG = "train.py"
+#: The file in the Hydra job folder that holds a crash's traceback (``checks.clean`` knows it by this name).
+TRACEBACK_NAME = "traceback.txt"
 
 
 class JobFailed(RuntimeError):
@@ -210,7 +212,7 @@ def crashed(e: Exception) -> str:
     reason = f"crashed: {type(e).__name__}: {first}"
     text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
     if HydraConfig.initialized():
-        path = Path(HydraConfig.get().runtime.output_dir) / "traceback.txt"
+        path = Path(HydraConfig.get().runtime.output_dir) / TRACEBACK_NAME
         try:
             path.write_text(text)
             reason += f" (traceback in {path})"
