@@ -2,6 +2,8 @@
 the reference, at step 0 and every K steps), ValidateAtLastStep, StepTimer and StepCheckpoints, driven by a
 stand-in trainer."""
 
+import logging
+import signal
 from types import SimpleNamespace
 
 import pytest
@@ -507,3 +509,27 @@ def test_a_fused_residual_add_off_in_one_output_stops_the_run_naming_a_fused_lay
         Parity(every_n_steps=25).on_train_batch_start(trainer_at(50), module, (tokens[:, :-1], tokens[:, 1:]), 0)
     layer = str(stop.value).split("worst at the norm layer ")[1].split(" ")[0]
     assert layer in {"blocks.0.mlp_norm", "final_norm"}  # the two norms with a residual
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_lightnings_announcement_of_a_stop_names_the_signal_that_came(tmp_path, monkeypatch, signum):
+    from .helpers import main, signal_after_step
+
+    class Messages(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def emit(self, record):
+            self.seen.append(record.getMessage())
+
+    handler, log = Messages(), logging.getLogger(callbacks.LIGHTNING_SIGNAL_LOGGER)
+    log.addHandler(handler)
+    signal_after_step(monkeypatch, 2, signum)
+    try:
+        with pytest.raises(SystemExit):
+            main(tmp_path, "norm=reference")
+    finally:
+        log.removeHandler(handler)
+    expected = {signal.SIGINT: "Received SIGINT: 2", signal.SIGTERM: "Received SIGTERM: 15"}[signum]
+    assert [m.removeprefix("[rank: 0] ") for m in handler.seen if "Received" in m] == [expected]

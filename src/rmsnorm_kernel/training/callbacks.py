@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import signal
 import statistics
@@ -641,8 +642,34 @@ def sigint_as_sigterm(callback: SaveOnSignal):
         callback.signal_name = "SIGINT"
         os.kill(os.getpid(), signal.SIGTERM)
 
+    named = SignalNamed(callback)
+    lightning_log = logging.getLogger(LIGHTNING_SIGNAL_LOGGER)
+    lightning_log.addFilter(named)
     previous = signal.signal(signal.SIGINT, handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        lightning_log.removeFilter(named)
+
+
+#: The logger of Lightning's SIGTERM handling, which announces each signal it is handed as
+#: ``Received SIGTERM: 15``.
+LIGHTNING_SIGNAL_LOGGER = "lightning.pytorch.trainer.connectors.signal_connector"
+
+
+class SignalNamed(logging.Filter):
+    """Lightning announces every signal it is handed as SIGTERM; Ctrl+C reaches it as one
+    (``sigint_as_sigterm``). This filter gives the announcement the signal that came."""
+
+    def __init__(self, callback: SaveOnSignal) -> None:
+        super().__init__()
+        self.callback = callback
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        name = self.callback.signal_name
+        message = record.getMessage()
+        sigterm = f"Received SIGTERM: {signal.SIGTERM.value}"
+        if name != "SIGTERM" and sigterm in message:
+            record.msg, record.args = message.replace(sigterm, f"Received {name}: {signal.Signals[name].value}"), ()
+        return True
