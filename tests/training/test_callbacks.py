@@ -3,6 +3,7 @@ the reference, at step 0 and every K steps), ValidateAtLastStep, StepTimer and S
 stand-in trainer."""
 
 import logging
+import re
 import signal
 from types import SimpleNamespace
 
@@ -533,3 +534,20 @@ def test_lightnings_announcement_of_a_stop_names_the_signal_that_came(tmp_path, 
         log.removeHandler(handler)
     expected = {signal.SIGINT: "Received SIGINT: 2", signal.SIGTERM: "Received SIGTERM: 15"}[signum]
     assert [m.removeprefix("[rank: 0] ") for m in handler.seen if "Received" in m] == [expected]
+
+
+def test_the_progress_bar_counts_steps_of_max_steps_in_the_datas_epoch_also_after_a_resume(tmp_path, capsys):
+    from .helpers import train
+
+    bar = re.compile(r"Epoch (-?\d+)(?:/-?\d+)?: +\d+%\|[^|]*\| (\d+)/(\d+)")
+    shown = []
+    for steps, resume in ((6, []), (8, ["ckpt_path=last"])):  # 4 batches an epoch; the second from step 6
+        train(tmp_path, "norm=reference", f"trainer.max_steps={steps}", "trainer.enable_progress_bar=true", *resume)
+        text = capsys.readouterr().out
+        assert "/-" not in text
+        shown.append([(int(e), int(n), int(t)) for e, n, t in bar.findall(text)])
+    straight, resumed = shown
+    assert {t for _, _, t in straight} == {6} and {t for _, _, t in resumed} == {8}
+    assert (0, 4, 6) in straight and straight[-1] == (1, 6, 6)
+    assert resumed[0][:2] == (1, 6) and resumed[-1] == (1, 8, 8)
+    assert all(n <= t for _, n, t in straight + resumed)

@@ -52,6 +52,7 @@ from .callbacks import (
     Parity,
     SaveOnSignal,
     StepCheckpoints,
+    StepProgressBar,
     StepTimer,
     ValidateAtLastStep,
     parity_tag,
@@ -521,7 +522,8 @@ def train_and_check_body(
         logger=logger,
         # in this order: the parity check before the step's timer starts, the timer stopped and the last
         # step's stop asked before the step's checkpoint is written (Lightning runs checkpoint callbacks last)
-        callbacks=[parity, timer, ValidateAtLastStep(), checkpoints, on_signal],
+        callbacks=[parity, timer, ValidateAtLastStep(), checkpoints, on_signal]
+        + ([StepProgressBar()] if cfg.trainer.enable_progress_bar else []),
         plugins=[AtomicCheckpointIO()],
         default_root_dir=str(checkpoint_dir),
         use_distributed_sampler=False,  # evaluation splits are sharded without padding (data.py)
