@@ -23,10 +23,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import lightning as L
+import torch
 from lightning.pytorch.loggers import TensorBoardLogger
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from .checkpoints import CheckpointError, check_matches, checkpoint_steps, read_checkpoint
+from .config import count_devices
 from .data import SplitData
 from .events import run_event_writer
 from .model import RMSNormRegressor
@@ -54,8 +57,48 @@ def furthest_step(folder: Path) -> float:
     return steps[0][0] if steps else -1
 
 
-def checked(path: Path, module: RMSNormRegressor, data: SplitData) -> dict:
-    """The checkpoint at ``path``, if it holds this configuration's network, norm path and data."""
+#: The key of a checkpoint that holds ``run_identity``.
+IDENTITY_KEY = "run_identity"
+#: Lightning's other names of a precision.
+PRECISION_NAMES = {"32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"}
+
+
+def run_identity(cfg: DictConfig) -> dict:
+    """The settings that change the numbers a run produces besides the network's, the norm path's and the
+    data's (the module's and the data's hyper-parameters, checked by ``checked``): the precision, compile,
+    deterministic algorithms, the kind of device (``trainer.accelerator``, ``auto`` as it resolves here) and
+    the number of processes (``trainer.devices`` x ``trainer.num_nodes``, which sets the global batch).
+    A resume must have the same ones; docs/training.md lists every setting and which kind it is."""
+    accelerator = str(cfg.trainer.accelerator)
+    if accelerator == "auto":
+        device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    else:
+        device = {"gpu": "cuda"}.get(accelerator, accelerator)
+    devices = cfg.trainer.devices
+    plain = OmegaConf.to_container(devices) if OmegaConf.is_config(devices) else devices
+    precision = str(cfg.trainer.precision)
+    return {
+        "trainer.precision": PRECISION_NAMES.get(precision, precision),
+        "compile": bool(cfg.compile),
+        "trainer.deterministic": bool(cfg.trainer.deterministic),
+        "trainer.accelerator": device,
+        "processes": count_devices(plain, accelerator) * cfg.trainer.num_nodes,
+    }
+
+
+class RecordIdentity(L.Callback):
+    """Writes ``run_identity`` into every checkpoint of the run (under ``IDENTITY_KEY``)."""
+
+    def __init__(self, identity: dict) -> None:
+        self.identity = identity
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        checkpoint[IDENTITY_KEY] = dict(self.identity)
+
+
+def checked(path: Path, module: RMSNormRegressor, data: SplitData, identity: dict | None = None) -> dict:
+    """The checkpoint at ``path``, if it holds this configuration's network, norm path and data, and was
+    trained with the settings ``identity`` (``run_identity``) when given."""
     ckpt = read_checkpoint(path)
     # the kind of network first: its other keys differ anyway, and would name a size instead of the network
     check_matches(path, ckpt, {"kind": module.hparams.kind}, NETWORK_DEFAULTS)
@@ -63,6 +106,17 @@ def checked(path: Path, module: RMSNormRegressor, data: SplitData) -> dict:
     data_hp = ckpt.get("datamodule_hyper_parameters")
     if data_hp is not None:
         check_matches(path, {"hyper_parameters": data_hp}, dict(data.hparams))
+    if identity is not None:
+        recorded = ckpt.get(IDENTITY_KEY)
+        if not isinstance(recorded, dict):
+            raise CheckpointError(
+                f"checkpoint {path} records none of the settings {', '.join(identity)}, so a resume cannot tell "
+                "whether it would continue the same numbers; accepted: a checkpoint that records them"
+            )
+        missing = [key for key in identity if key not in recorded]
+        if missing:
+            raise CheckpointError(f"checkpoint {path} does not record {', '.join(missing)}")
+        check_matches(path, {"hyper_parameters": recorded}, identity)
     return ckpt
 
 
@@ -95,7 +149,9 @@ def furthest_checkpoint(folder: Path) -> Path:
 PASS_ANOTHER = "pass ckpt_path=<file> to resume from another checkpoint"
 
 
-def find_last(run_dir: Path, module: RMSNormRegressor, data: SplitData) -> tuple[Path, dict]:
+def find_last(
+    run_dir: Path, module: RMSNormRegressor, data: SplitData, identity: dict | None = None
+) -> tuple[Path, dict]:
     """``ckpt_path=last``: the furthest checkpoint of the newest run (version folder) of this configuration
     (a run name leaves out values that only change the training: a version of another such value is
     passed over). A damaged furthest checkpoint is an error, never a step back to an earlier one."""
@@ -106,7 +162,7 @@ def find_last(run_dir: Path, module: RMSNormRegressor, data: SplitData) -> tuple
     for folder in folders:
         path = furthest_checkpoint(folder)
         try:
-            return path, checked(path, module, data)
+            return path, checked(path, module, data, identity)
         except CheckpointError as e:  # a whole file of another configuration
             refusals.append(e)
     raise refusals[0]  # none matches: the newest one says why
@@ -114,16 +170,17 @@ def find_last(run_dir: Path, module: RMSNormRegressor, data: SplitData) -> tuple
 
 def resolve_resume(cfg: DictConfig, module: RMSNormRegressor, data: SplitData) -> Resume | None:
     """Finds and checks the checkpoint ``cfg.ckpt_path`` names, before anything is written (``find_last``
-    for ``last``). The file must load with ``weights_only=True`` and hold this configuration's network,
-    norm path and data."""
+    for ``last``). The file must load with ``weights_only=True``, hold this configuration's network,
+    norm path and data, and have been trained with the same ``run_identity``."""
     if cfg.ckpt_path is None:
         return None
     run_dir = project_path(cfg.paths.checkpoints) / run_name(cfg)
+    identity = run_identity(cfg)
     if cfg.ckpt_path == "last":
-        path, ckpt = find_last(run_dir, module, data)
+        path, ckpt = find_last(run_dir, module, data, identity)
     else:
         path = project_path(cfg.ckpt_path)
-        ckpt = checked(path, module, data)
+        ckpt = checked(path, module, data, identity)
     step = int(ckpt["global_step"])
     version = None
     if path.parent.parent == run_dir and re.fullmatch(r"version_\d+", path.parent.name):

@@ -65,7 +65,7 @@ from .events import run_event_writer, write_layout
 from .model import RMSNormRegressor, TrainingStopped
 from .network import LOSS_NAMES, network_copy, network_input, norm_calls_per_step, sharded
 from .paths import NAME_DEFAULTS, claim_version, prepare_folder, project_path, remove_folders, run_name
-from .resume import mark_branch, mark_restart, resolve_resume
+from .resume import RecordIdentity, mark_branch, mark_restart, resolve_resume, run_identity
 
 
 def process_zero() -> bool:
@@ -522,7 +522,7 @@ def train_and_check_body(
         logger=logger,
         # in this order: the parity check before the step's timer starts, the timer stopped and the last
         # step's stop asked before the step's checkpoint is written (Lightning runs checkpoint callbacks last)
-        callbacks=[parity, timer, ValidateAtLastStep(), checkpoints, on_signal]
+        callbacks=[parity, timer, ValidateAtLastStep(), checkpoints, on_signal, RecordIdentity(run_identity(cfg))]
         + ([StepProgressBar()] if cfg.trainer.enable_progress_bar else []),
         plugins=[AtomicCheckpointIO()],
         default_root_dir=str(checkpoint_dir),
