@@ -38,8 +38,9 @@ Generated, relative to that folder (``<name>`` is any run name, ``<k>``, ``<n>``
   (``training.summary.MultirunSummary``);
 - ``checkpoints/<name>/version_<k>/``: ``step<n>.ckpt``, ``last.ckpt`` (either with Lightning's
   ``-v<n>`` suffix when the name was taken), ``final.ckpt``, ``hpc_ckpt_<n>.ckpt`` (Lightning's SLURM
-  requeue), ``.<file>.ckpt.<pid>.tmp`` (``training.checkpoints.atomic_torch_save``) and ``.run.lock``
-  (``training.checkpoints.RunLock``, left by a killed run);
+  requeue), ``.<file>.ckpt.<pid>.tmp`` (``training.checkpoints.atomic_torch_save``), ``.run.lock``
+  (``training.checkpoints.RunLock``, left by a killed run) and ``end.json`` (the record of the run's end,
+  ``training.resume.record_end``, with its ``.end.json.<pid>.tmp`` while being written);
 - ``runs/.write-probe.<pid>`` and ``checkpoints/.write-probe.<pid>`` (``training.paths.prepare_folder``,
   left by a run killed between writing and removing it);
 - every file under ``.pytest_cache/`` (pytest's cache folder);
@@ -124,6 +125,9 @@ LAYOUT_FOLDERS = frozenset(GENERATED_TOP_LEVEL) | {
     "outputs/hydra/multirun",
 }
 
+#: The record of a run's end in its checkpoint folder (``training.resume.END_RECORD``; a test checks they agree).
+END_RECORD = "end.json"
+_END = re.escape(END_RECORD)
 _HYDRA = r"(?:outputs/hydra|multirun)(?:/[^/]+)+"
 _VERSION = r"[^/]+/version_\d+"
 _TREES = "|".join(re.escape(t) for t in PYTHON_TREES)
@@ -139,7 +143,7 @@ _STATIC_PATTERNS = [
         rf"{_HYDRA}/multirun\.yaml",
         rf"runs/{_VERSION}/(?:events\.out\.tfevents\.[^/]+|hparams\.yaml)",
         r"runs/summary_[^/]+\.(?:md|json)",
-        rf"checkpoints/{_VERSION}/(?:step\d+(?:-v\d+)?\.ckpt|last(?:-v\d+)?\.ckpt|final\.ckpt|hpc_ckpt_\d+\.ckpt|\.[^/]+\.ckpt\.\d+\.tmp|\.run\.lock)",
+        rf"checkpoints/{_VERSION}/(?:step\d+(?:-v\d+)?\.ckpt|last(?:-v\d+)?\.ckpt|final\.ckpt|hpc_ckpt_\d+\.ckpt|\.[^/]+\.ckpt\.\d+\.tmp|\.run\.lock|{_END}|\.{_END}\.\d+\.tmp)",
         r"(?:runs|checkpoints)/\.write-probe\.\d+",
         r"\.pytest_cache/.+",
         rf"{_CACHE}/[^/]+\.pyc",

@@ -576,6 +576,16 @@ class SaveOnSignal(L.Callback):
         self._handler = None  # the SIGTERM handler held back during validation
         self._held: int | None = None
         self._stopping = False  # a held signal went to Lightning: later ones stay held to the end
+        self.late: str | None = None  # a signal Lightning's loops no longer act on (``outside_hold``)
+
+    def outside_hold(self, signum, frame) -> None:
+        """SIGTERM's handler around ``Trainer.fit`` and the run's end (``run.sigterm_left_to_lightning``),
+        which Lightning's handler also calls: the signal is recorded in ``late``. A signal Lightning acts
+        on stops the run with ``last.ckpt`` (``on_exception``); one that comes after its loops' last check
+        (in ``on_train_end``, or once ``Trainer.fit`` has returned) is honoured once ``final.ckpt`` and
+        ``last.ckpt`` are written."""
+        if self.late is None:
+            self.late = self.signal_name if signum == signal.SIGTERM else signal.Signals(signum).name
 
     def _hold(self) -> None:
         """From now on SIGTERM is recorded, not handled (main thread only: Python runs handlers there)."""

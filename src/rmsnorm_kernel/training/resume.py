@@ -4,8 +4,9 @@ TensorBoard marker that keeps one value per step across the interruption.
 A resume never rewrites a run's history:
 
 - a checkpoint already at or past ``trainer.max_steps`` leaves nothing to train (``Resume.done``), unless
-  it is the last step's checkpoint of a run that stopped before its end (no ``final.ckpt`` beside it):
-  then the run's end (the test, ``final.ckpt``) is done;
+  it is the last step's checkpoint of a run that stopped before its end was recorded (``END_RECORD``:
+  a signal, a crash during the end's writes, the test, the checks or the summary): then the run's end
+  (``final.ckpt`` where it is missing, the test, the checks, HPARAMS, the summary) is done, in its folders;
 - a checkpoint of a run that has gone further (a later checkpoint in its folder) or that has ended (a
   ``final.ckpt`` in its folder) starts a new version folder, a branch (``Resume.branch``), which records
   where it came from; the run it came from keeps its checkpoints, its final result and its TensorBoard
@@ -18,7 +19,9 @@ newest run of this configuration; a damaged file there is an error naming it, ne
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +39,31 @@ from .model import RMSNormRegressor
 from .network import NETWORK_DEFAULTS
 from .paths import project_path, run_name
 
+#: The file of a run's checkpoint folder that records its end: written once the test, the end checks,
+#: reload parity, HPARAMS and the summary are done (``record_end``), with the checks that failed.
+END_RECORD = "end.json"
+
+
+def record_end(folder: Path, step: int, failures: list[str]) -> None:
+    """Records in the checkpoint folder ``folder`` that its run's end is done, at ``step``, and the end
+    checks that failed (written to a temporary file renamed into place)."""
+    path = Path(folder) / END_RECORD
+    tmp = path.with_name(f".{END_RECORD}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"step": step, "failures": list(failures)}))
+    os.replace(tmp, path)
+
+
+def recorded_end(folder: Path, step: int) -> list[str] | None:
+    """The end checks that failed in the run of checkpoint folder ``folder``, if its end at ``step`` is
+    recorded (``record_end``); None when it is not (the run was stopped before its verdicts)."""
+    try:
+        record = json.loads((Path(folder) / END_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("step") != step:
+        return None
+    return [str(f) for f in record.get("failures", [])]
+
 
 @dataclass
 class Resume:
@@ -45,6 +73,7 @@ class Resume:
     branch: bool = False  # a new version folder: the checkpoint's run has gone further
     done: bool = False  # nothing to train: the checkpoint is at or past trainer.max_steps, the run ended
     log_dir: Path | None = None  # the TensorBoard folder of the checkpoint's run, when known
+    failures: list[str] | None = None  # with done: the end checks that failed in that run
 
 
 def furthest_step(folder: Path) -> float:
@@ -188,8 +217,11 @@ def resolve_resume(cfg: DictConfig, module: RMSNormRegressor, data: SplitData) -
     further = version is not None and furthest_step(path.parent) > step
     log_dir = project_path(cfg.paths.runs) / run_name(cfg) / f"version_{version}" if version is not None else None
     ended = further or (path.parent / "final.ckpt").exists()
-    if step > cfg.trainer.max_steps or (step == cfg.trainer.max_steps and ended):
-        return Resume(path=path, version=version, global_step=step, done=True, log_dir=log_dir)
+    end = recorded_end(path.parent, step) if version is not None else None
+    if step > cfg.trainer.max_steps or (step == cfg.trainer.max_steps and (further or end is not None)):
+        return Resume(path=path, version=version, global_step=step, done=True, log_dir=log_dir, failures=end)
+    if step == cfg.trainer.max_steps and version is not None:  # stopped before its verdicts: finish its end
+        return Resume(path=path, version=version, global_step=step, log_dir=log_dir)
     if ended or version is None:  # a file of no run of this configuration also starts a new folder
         return Resume(path=path, version=None, global_step=step, branch=True, log_dir=log_dir)
     return Resume(path=path, version=version, global_step=step, log_dir=log_dir)
