@@ -563,3 +563,52 @@ def test_asking_again_for_a_run_whose_end_check_failed_exits_1_with_its_line(tmp
         m.setattr(run_module, "failed_checks", lambda *args, **kwargs: [MADE_UP])
         assert exits(tmp_path, capsys, "norm=reference") == (1, f"train.py: check failed: {MADE_UP}")
     assert exits(tmp_path, capsys, "norm=reference", "ckpt_path=last") == (1, f"train.py: check failed: {MADE_UP}")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_during_the_first_step_stops_the_command_at_once_and_writes_no_checkpoint(
+    tmp_path, capsys, monkeypatch, signum
+):
+    from .helpers import signal_after_step
+
+    signal_after_step(monkeypatch, 1, signum)
+    before = signal.getsignal(signal.SIGTERM)
+    assert exits(tmp_path, capsys, "norm=reference") == (
+        128 + signum,
+        f"train.py: stopped by {signal.Signals(signum).name}; no checkpoint had been written yet",
+    )
+    assert not list((tmp_path / "checkpoints").rglob("*.ckpt"))
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+#: Run first in train.py's interpreter: one second into the first training step, which compiles the network
+#: (compile=true), another thread sends the process SIGTERM and writes down when.
+SIGTERM_WHILE_COMPILING = (
+    "import os, signal, threading, time\nfrom rmsnorm_kernel.training.model import RMSNormRegressor as M\n"
+    "step = M.training_step\n"
+    "def kill():\n    open('signalled', 'w').write(repr(time.time()))\n    os.kill(os.getpid(), signal.SIGTERM)\n"
+    "def compiling(self, *a):\n    if self.global_step == 0:\n        threading.Timer(1.0, kill).start()\n"
+    "    return step(self, *a)\n"
+    "M.training_step = compiling\n"
+)
+
+
+@pytest.mark.slow
+def test_sigterm_while_compile_compiles_ends_the_command_within_seconds_with_one_line(tmp_path):
+    import time
+
+    proc = train_process(
+        tmp_path,
+        *SCHEDULE,
+        "model=transformer",
+        "norm=reference",
+        "compile=true",
+        prelude=SIGTERM_WHILE_COMPILING,
+        env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")},  # nothing compiled yet: it compiles
+    )
+    ended = time.time()
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("train.py:")]
+    assert lines == ["train.py: stopped by SIGTERM; no checkpoint had been written yet"]
+    assert ended - float((tmp_path / "signalled").read_text()) < 5.0  # compiling alone takes longer
+    assert not list((tmp_path / "checkpoints").rglob("*.ckpt"))

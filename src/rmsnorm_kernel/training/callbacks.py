@@ -542,6 +542,16 @@ class StepCheckpoints(Checkpoint):
         trainer.save_checkpoint(folder / "last.ckpt", weights_only=False)
 
 
+class Stopped(BaseException):
+    """SIGINT or SIGTERM where a run stops at once (set-up, its first training step and the compilation
+    in it, the final test, the summary): raised where the process is, so that it ends with one line. A
+    ``BaseException``: no job runner or library handler takes it for a failure of its own and carries on."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
 class Interrupted(RuntimeError):
     """A run stopped by SIGTERM or SIGINT after ``last.ckpt`` was written at the step it reached."""
 
@@ -577,6 +587,10 @@ class SaveOnSignal(L.Callback):
         self._held: int | None = None
         self._stopping = False  # a held signal went to Lightning: later ones stay held to the end
         self.late: str | None = None  # a signal Lightning's loops no longer act on (``outside_hold``)
+        # Until this process's first training step has ended, a signal stops the run at once (``Stopped``):
+        # Lightning's set-up, the sanity check and the first step, which compiles the network under
+        # compile=true, can take long, and they hold nothing a checkpoint would keep.
+        self.at_once = True
 
     def outside_hold(self, signum, frame) -> None:
         """SIGTERM's handler around ``Trainer.fit`` and the run's end (``run.sigterm_left_to_lightning``),
@@ -584,8 +598,11 @@ class SaveOnSignal(L.Callback):
         on stops the run with ``last.ckpt`` (``on_exception``); one that comes after its loops' last check
         (in ``on_train_end``, or once ``Trainer.fit`` has returned) is honoured once ``final.ckpt`` and
         ``last.ckpt`` are written."""
+        name = self.signal_name if signum == signal.SIGTERM else signal.Signals(signum).name
         if self.late is None:
-            self.late = self.signal_name if signum == signal.SIGTERM else signal.Signals(signum).name
+            self.late = name
+        if self.at_once:
+            raise Stopped(name)
 
     def _hold(self) -> None:
         """From now on SIGTERM is recorded, not handled (main thread only: Python runs handlers there)."""
@@ -593,7 +610,9 @@ class SaveOnSignal(L.Callback):
             return
 
         def hold(signum, frame):
-            self._held = signum
+            self._held = signum  # kept also when raised at once: code that swallows the exception ends its step
+            if self.at_once:
+                raise Stopped(self.signal_name if signum == signal.SIGTERM else signal.Signals(signum).name)
 
         self._held = None
         self._handler = signal.signal(signal.SIGTERM, hold)
@@ -634,6 +653,7 @@ class SaveOnSignal(L.Callback):
         self._hold()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.at_once = False
         if not StepCheckpoints.validates_after_this_step(trainer):
             self._hand_over(trainer, end_hold=False)
 
@@ -650,8 +670,8 @@ class SaveOnSignal(L.Callback):
         if self._handler is not None and not self._stopping:  # stopped during validation by something else
             signal.signal(signal.SIGTERM, self._handler)
             self._handler = None
-        if not trainer.received_sigterm:
-            return
+        if not trainer.received_sigterm or isinstance(exception, Stopped):
+            return  # Stopped: before the first step's end, nothing to keep
         # The checkpoint callback's folder is process 0's on every process (Lightning broadcasts it), so the
         # line each process prints names the file process 0 writes.
         checkpoint_callback = trainer.checkpoint_callback
@@ -675,6 +695,8 @@ def sigint_as_sigterm(callback: SaveOnSignal):
         return
 
     def handler(signum, frame):
+        if callback.at_once:
+            raise Stopped("SIGINT")
         callback.signal_name = "SIGINT"
         os.kill(os.getpid(), signal.SIGTERM)
 

@@ -46,7 +46,7 @@ from omegaconf import DictConfig
 
 from ..ops.backend import backend
 from ..ops.contract import ContractError
-from .callbacks import Interrupted
+from .callbacks import Interrupted, Stopped
 from .checkpoints import CheckpointError, RunInUse
 from .config import ConfigError
 from .model import TrainingStopped
@@ -155,16 +155,6 @@ def hydra_message(e: BaseException) -> str:
     return re.sub(
         r"(Available options in '[^']*': )([^;\s]+(?:; [^;\s]+)*)", lambda m: m[1] + m[2].replace("; ", ", "), text
     )
-
-
-class Stopped(BaseException):
-    """SIGINT or SIGTERM outside training (set-up, the final test): raised where the process is, so that
-    it ends with one line. A ``BaseException``: no job runner or library handler takes it for a failure
-    of its own and carries on."""
-
-    def __init__(self, signal_name: str) -> None:
-        super().__init__(signal_name)
-        self.signal_name = signal_name
 
 
 @contextlib.contextmanager

@@ -558,6 +558,7 @@ def train_and_check_body(
             if on_signal.saved is None:
                 raise
             raise Interrupted(on_signal.signal_name, on_signal.saved, on_signal.step) from None
+        on_signal.at_once = False  # a run that had no step left to train: its end's writes are held too
         fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}  # test() resets them
         if resume is not None and trainer.global_step == resume.global_step:  # no step left: finishing its end
             fit_metrics = {**last_logged(logger.log_dir, module.loss_name, trainer.global_step), **fit_metrics}
