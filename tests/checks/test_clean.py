@@ -475,3 +475,33 @@ def test_the_lock_is_named_as_the_training_names_it():
     from rmsnorm_kernel.training.checkpoints import LOCK_NAME
 
     assert clean.LOCK_NAME == LOCK_NAME
+
+
+def test_the_traceback_train_py_writes_after_a_crash_is_recognised_in_its_hydra_job_folder(tmp_path):
+    from rmsnorm_kernel.training.cli import TRACEBACK_NAME
+
+    assert clean.TRACEBACK_NAME == TRACEBACK_NAME
+    for job in ("outputs/hydra/2026-01-02_03-04-05_4194305", "outputs/hydra/multirun/2026-01-02_03-04-06_4194306/0"):
+        (tmp_path / job / ".hydra").mkdir(parents=True)
+        (tmp_path / job / ".hydra/hydra.yaml").write_text("hydra: {}\n")
+        (tmp_path / job / "traceback.txt").write_text("Traceback (most recent call last):\n")
+    (tmp_path / "outputs/hydra/not_a_job").mkdir(parents=True)
+    (tmp_path / "outputs/hydra/not_a_job/traceback.txt").write_text("mine\n")
+    done = {r.path: r.action for r in clean.clean_generated(tmp_path, dry_run=False)}
+    assert done["outputs/hydra/2026-01-02_03-04-05_4194305/traceback.txt"] == clean.REMOVED
+    assert done["outputs/hydra/multirun/2026-01-02_03-04-06_4194306/0/traceback.txt"] == clean.REMOVED
+    assert done["outputs/hydra/not_a_job/traceback.txt"] == clean.KEPT_USER  # no Hydra job folder around it
+    assert not (tmp_path / "outputs/hydra/2026-01-02_03-04-05_4194305").exists()
+
+
+def test_the_record_of_a_runs_end_is_named_as_the_training_names_it(tmp_path):
+    from rmsnorm_kernel.training.resume import END_RECORD, record_end
+
+    assert clean.END_RECORD == END_RECORD
+    folder = tmp_path / "checkpoints/triton_seed0/version_0"
+    folder.mkdir(parents=True)
+    record_end(folder, 4, [])
+    assert [p.name for p in folder.iterdir()] == [END_RECORD]
+    assert clean.is_generated_file(tmp_path, f"checkpoints/triton_seed0/version_0/{END_RECORD}")
+    assert clean.is_generated_file(tmp_path, f"checkpoints/triton_seed0/version_0/.{END_RECORD}.123.tmp")
+    assert not clean.is_generated_file(tmp_path, f"checkpoints/triton_seed0/{END_RECORD}")  # not in a version folder

@@ -2,6 +2,9 @@
 the reference, at step 0 and every K steps), ValidateAtLastStep, StepTimer and StepCheckpoints, driven by a
 stand-in trainer."""
 
+import logging
+import re
+import signal
 from types import SimpleNamespace
 
 import pytest
@@ -507,3 +510,44 @@ def test_a_fused_residual_add_off_in_one_output_stops_the_run_naming_a_fused_lay
         Parity(every_n_steps=25).on_train_batch_start(trainer_at(50), module, (tokens[:, :-1], tokens[:, 1:]), 0)
     layer = str(stop.value).split("worst at the norm layer ")[1].split(" ")[0]
     assert layer in {"blocks.0.mlp_norm", "final_norm"}  # the two norms with a residual
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_lightnings_announcement_of_a_stop_names_the_signal_that_came(tmp_path, monkeypatch, signum):
+    from .helpers import main, signal_after_step
+
+    class Messages(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def emit(self, record):
+            self.seen.append(record.getMessage())
+
+    handler, log = Messages(), logging.getLogger(callbacks.LIGHTNING_SIGNAL_LOGGER)
+    log.addHandler(handler)
+    signal_after_step(monkeypatch, 2, signum)
+    try:
+        with pytest.raises(SystemExit):
+            main(tmp_path, "norm=reference")
+    finally:
+        log.removeHandler(handler)
+    expected = {signal.SIGINT: "Received SIGINT: 2", signal.SIGTERM: "Received SIGTERM: 15"}[signum]
+    assert [m.removeprefix("[rank: 0] ") for m in handler.seen if "Received" in m] == [expected]
+
+
+def test_the_progress_bar_counts_steps_of_max_steps_in_the_datas_epoch_also_after_a_resume(tmp_path, capsys):
+    from .helpers import train
+
+    bar = re.compile(r"Epoch (-?\d+)(?:/-?\d+)?: +\d+%\|[^|]*\| (\d+)/(\d+)")
+    shown = []
+    for steps, resume in ((6, []), (8, ["ckpt_path=last"])):  # 4 batches an epoch; the second from step 6
+        train(tmp_path, "norm=reference", f"trainer.max_steps={steps}", "trainer.enable_progress_bar=true", *resume)
+        text = capsys.readouterr().out
+        assert "/-" not in text
+        shown.append([(int(e), int(n), int(t)) for e, n, t in bar.findall(text)])
+    straight, resumed = shown
+    assert {t for _, _, t in straight} == {6} and {t for _, _, t in resumed} == {8}
+    assert (0, 4, 6) in straight and straight[-1] == (1, 6, 6)
+    assert resumed[0][:2] == (1, 6) and resumed[-1] == (1, 8, 8)
+    assert all(n <= t for _, n, t in straight + resumed)

@@ -457,3 +457,158 @@ def test_a_multirun_flag_after_an_override_is_moved_before_the_overrides():
     assert cli.flags_first(["model=transformer", "-m", "norm=a,b"]) == ["-m", "model=transformer", "norm=a,b"]
     assert cli.flags_first(["seed=1", "--multirun"]) == ["--multirun", "seed=1"]
     assert cli.flags_first(["seed=1", "norm=triton"]) == ["seed=1", "norm=triton"]
+
+
+def stop_then_finish(tmp_path, capsys, monkeypatch, where, signum, stopped_line):
+    """Sends ``signum`` to this process at ``where`` (a setter given monkeypatch and the signal), expects
+    the run to exit with its code and ``stopped_line`` (given the run's folder), then resumes it with
+    ckpt_path=last: the resume finishes the run's end. Returns (the finishing result, the run's folder)."""
+    folder = tmp_path / "checkpoints/reference_seed0/version_0"
+    with monkeypatch.context() as m:
+        where(m, signum)
+        with pytest.raises(SystemExit) as exit_:
+            main(tmp_path, "norm=reference")
+    assert exit_.value.code == 128 + signum
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(stopped_line(folder)), folder
+    assert not (folder / "end.json").exists()
+    finished = main(tmp_path, "norm=reference", "ckpt_path=last")
+    assert finished.ok and not finished.nothing_to_do, finished.failures
+    assert "run reference_seed0: OK" in capsys.readouterr().out  # the summary
+    assert main(tmp_path, "norm=reference", "ckpt_path=last").nothing_to_do  # now it is done
+    return finished, folder
+
+
+def kill_at(signum):
+    return lambda *args, **kwargs: os.kill(os.getpid(), signum)
+
+
+def signal_in_on_train_end(m, signum):
+    from rmsnorm_kernel.training.model import RMSNormRegressor
+
+    m.setattr(RMSNormRegressor, "on_train_end", kill_at(signum), raising=False)
+
+
+def signal_writing_final(m, signum):
+    from rmsnorm_kernel.training.checkpoints import AtomicCheckpointIO
+
+    save = AtomicCheckpointIO.save_checkpoint
+
+    def saving(self, checkpoint, path, storage_options=None):
+        if Path(path).name == "final.ckpt":
+            os.kill(os.getpid(), signum)
+        save(self, checkpoint, path, storage_options)
+
+    m.setattr(AtomicCheckpointIO, "save_checkpoint", saving)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("where", [signal_in_on_train_end, signal_writing_final], ids=["on_train_end", "final.ckpt"])
+def test_a_signal_after_the_last_step_is_held_until_final_and_last_are_written_then_a_resume_finishes_the_run(
+    tmp_path, capsys, monkeypatch, where, signum
+):
+    name = signal.Signals(signum).name
+    finished, folder = stop_then_finish(
+        tmp_path / "stopped",
+        capsys,
+        monkeypatch,
+        where,
+        signum,
+        lambda folder: f"train.py: stopped by {name} at step 4; {folder}/last.ckpt holds that step; resume with: ",
+    )
+    assert read_checkpoint(folder / "final.ckpt")["global_step"] == read_checkpoint(folder / "last.ckpt")["global_step"]
+    straight = main(tmp_path / "straight", "norm=reference")
+    assert finished.metrics["test/mse"] == straight.metrics["test/mse"]
+    assert finished.metrics["train/mse"] == straight.metrics["train/mse"]  # read back from its TensorBoard run
+    assert finished.metrics["val/mse"] == straight.metrics["val/mse"]
+    assert finished.metrics["reload/max_abs_diff"] == 0.0
+
+
+def signal_at_test_start(m, signum):
+    from rmsnorm_kernel.training.model import RMSNormRegressor
+
+    m.setattr(RMSNormRegressor, "on_test_start", kill_at(signum))
+
+
+def signal_in_the_summary(m, signum):
+    format_summary = cli.format_summary
+
+    def formatting(result):
+        os.kill(os.getpid(), signum)
+        return format_summary(result)
+
+    m.setattr(cli, "format_summary", formatting)
+
+
+@pytest.mark.parametrize("where", [signal_at_test_start, signal_in_the_summary], ids=["test", "summary"])
+def test_a_run_stopped_during_its_final_test_or_summary_is_finished_by_ckpt_path_last_not_nothing_to_do(
+    tmp_path, capsys, monkeypatch, where
+):
+    stop_then_finish(
+        tmp_path,
+        capsys,
+        monkeypatch,
+        where,
+        signal.SIGTERM,
+        lambda folder: f"train.py: stopped by SIGTERM; the last good checkpoint is {folder}/last.ckpt",
+    )
+
+
+MADE_UP = "integration: a made-up failure"
+
+
+def test_asking_again_for_a_run_whose_end_check_failed_exits_1_with_its_line(tmp_path, capsys, monkeypatch):
+    from rmsnorm_kernel.training import run as run_module
+
+    with monkeypatch.context() as m:
+        m.setattr(run_module, "failed_checks", lambda *args, **kwargs: [MADE_UP])
+        assert exits(tmp_path, capsys, "norm=reference") == (1, f"train.py: check failed: {MADE_UP}")
+    assert exits(tmp_path, capsys, "norm=reference", "ckpt_path=last") == (1, f"train.py: check failed: {MADE_UP}")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_during_the_first_step_stops_the_command_at_once_and_writes_no_checkpoint(
+    tmp_path, capsys, monkeypatch, signum
+):
+    from .helpers import signal_after_step
+
+    signal_after_step(monkeypatch, 1, signum)
+    before = signal.getsignal(signal.SIGTERM)
+    assert exits(tmp_path, capsys, "norm=reference") == (
+        128 + signum,
+        f"train.py: stopped by {signal.Signals(signum).name}; no checkpoint had been written yet",
+    )
+    assert not list((tmp_path / "checkpoints").rglob("*.ckpt"))
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+#: Run first in train.py's interpreter: one second into the first training step, which compiles the network
+#: (compile=true), another thread sends the process SIGTERM and writes down when.
+SIGTERM_WHILE_COMPILING = (
+    "import os, signal, threading, time\nfrom rmsnorm_kernel.training.model import RMSNormRegressor as M\n"
+    "step = M.training_step\n"
+    "def kill():\n    open('signalled', 'w').write(repr(time.time()))\n    os.kill(os.getpid(), signal.SIGTERM)\n"
+    "def compiling(self, *a):\n    if self.global_step == 0:\n        threading.Timer(1.0, kill).start()\n"
+    "    return step(self, *a)\n"
+    "M.training_step = compiling\n"
+)
+
+
+@pytest.mark.slow
+def test_sigterm_while_compile_compiles_ends_the_command_within_seconds_with_one_line(tmp_path):
+    import time
+
+    proc = train_process(
+        tmp_path,
+        *SCHEDULE,
+        "model=transformer",
+        "norm=reference",
+        "compile=true",
+        prelude=SIGTERM_WHILE_COMPILING,
+        env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")},  # nothing compiled yet: it compiles
+    )
+    ended = time.time()
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("train.py:")]
+    assert lines == ["train.py: stopped by SIGTERM; no checkpoint had been written yet"]
+    assert ended - float((tmp_path / "signalled").read_text()) < 5.0  # compiling alone takes longer
+    assert not list((tmp_path / "checkpoints").rglob("*.ckpt"))

@@ -655,3 +655,106 @@ def test_a_kill_between_two_checkpoint_writes_resumes_the_furthest_complete_one_
     assert not resumed.branched_from and resumed.checkpoint == str(folder / "final.ckpt")  # the same run, continued
     assert sorted(p.name for p in (tmp_path / "checkpoints/reference_seed0").iterdir()) == ["version_0"]
     assert_same_training(whole, tmp_path, "reference", steps=4)
+
+
+OTHER_DEVICE = "cpu" if torch.cuda.is_available() else "cuda"
+#: Every setting of the configuration that changes the numbers a run produces (docs/training.md), a value
+#: other than the shared run's, and the name the refusal gives it. Written out here, not read from the code.
+RUN_IDENTITY = [
+    ("norm.impl", ["norm=native"], "norm path"),
+    ("norm.eps", ["norm.eps=1e-5"], "eps"),
+    ("norm.fallback", ["norm.fallback=reference"], "norm_fallback"),
+    ("model.kind", ["model=transformer"], "model.kind"),
+    ("model.lr", ["model.lr=0.01"], "lr"),
+    ("model.input_dim", ["model.input_dim=32"], "input_dim"),
+    ("model.hidden_dim", ["model.hidden_dim=128"], "hidden_dim"),
+    ("model.output_dim", ["model.output_dim=8"], "output_dim"),
+    ("data.batch_size", ["data.batch_size=16"], "batch_size"),
+    ("data.train_size", ["data.train_size=256"], "train_size"),
+    ("data.val_size", ["data.val_size=64"], "val_size"),
+    ("data.test_size", ["data.test_size=64"], "test_size"),
+    ("data.noise", ["data.noise=0.1"], "noise"),
+    ("data.seed", ["data.seed=7"], "seed"),
+    ("seed", ["seed=3"], "shuffle_seed"),
+    ("trainer.precision bf16-mixed", ["trainer.precision=bf16-mixed"], "trainer.precision"),
+    ("trainer.precision bf16-true", ["trainer.precision=bf16-true"], "dtype"),
+    ("compile", ["compile=true"], "compile"),
+    ("trainer.deterministic", ["trainer.deterministic=false"], "trainer.deterministic"),
+    ("trainer.accelerator", [f"trainer.accelerator={OTHER_DEVICE}"], "trainer.accelerator"),
+    ("trainer.devices", ["trainer.devices=2", "trainer.strategy=ddp"], "processes"),
+    ("trainer.num_nodes", ["trainer.num_nodes=2", "trainer.strategy=ddp"], "processes"),
+]
+#: The transformer's own sizes, against a transformer run.
+TRANSFORMER_IDENTITY = [
+    ("model.dim", ["model.dim=32"], "dim"),
+    ("model.layers", ["model.layers=1"], "layers"),
+    ("model.heads", ["model.heads=2"], "heads"),
+    ("model.mlp_hidden", ["model.mlp_hidden=64"], "mlp_hidden"),
+    ("model.seq_len", ["model.seq_len=16"], "seq_len"),
+    ("model.qk_norm", ["model.qk_norm=true"], "qk_norm"),
+]
+#: Settings that change when a run checks, logs or saves, or where it writes, never its numbers: a resume may
+#: change them.
+NOT_RUN_IDENTITY = [
+    "trainer.max_steps=6",
+    "trainer.val_check_interval=3",
+    "trainer.log_every_n_steps=3",
+    "trainer.enable_progress_bar=true",
+    "checkpoint.every_n_steps=3",
+    "parity.every_n_steps=0",
+    "trainer.precision=32",  # Lightning's other name of 32-true
+]
+
+
+def resolving(root, *overrides):
+    from rmsnorm_kernel.training.resume import resolve_resume
+    from rmsnorm_kernel.training.run import build
+
+    from .helpers import tiny_cfg
+
+    cfg = tiny_cfg(root, *overrides)
+    module, data = build(cfg)
+    return resolve_resume(cfg, module, data)
+
+
+@pytest.mark.parametrize(
+    "base,setting,overrides,named",
+    [("norm=reference", *case) for case in RUN_IDENTITY]
+    + [("model=transformer", *case) for case in TRANSFORMER_IDENTITY],
+    ids=[case[0] for case in RUN_IDENTITY + TRANSFORMER_IDENTITY],
+)
+def test_a_resume_with_another_value_of_a_setting_of_the_runs_identity_is_refused_naming_it(
+    tmp_path_factory, base, setting, overrides, named
+):
+    from rmsnorm_kernel.training.checkpoints import CheckpointError
+
+    from .helpers import shared_run
+
+    root, _ = shared_run(tmp_path_factory, base, "norm=reference", "trainer.max_steps=2")
+    (path,) = (root / "checkpoints").glob("*/version_0/last.ckpt")
+    with pytest.raises(CheckpointError, match=rf"trained with {named} = .*; the configuration asks for"):
+        resolving(root, base, "norm=reference", "trainer.max_steps=4", *overrides, f"ckpt_path={path}")
+
+
+def test_a_resume_may_change_the_settings_outside_the_runs_identity(tmp_path_factory):
+    from .helpers import shared_run
+
+    root, _ = shared_run(tmp_path_factory, "norm=reference", "norm=reference", "trainer.max_steps=2")
+    (path,) = (root / "checkpoints").glob("*/version_0/last.ckpt")
+    for override in NOT_RUN_IDENTITY:
+        resume = resolving(root, "norm=reference", "trainer.max_steps=4", override, f"ckpt_path={path}")
+        assert resume.global_step == 2, override
+
+
+def test_a_float32_run_resumed_in_mixed_precision_is_refused_by_ckpt_path_last_in_one_line(tmp_path, capsys):
+    from .helpers import main
+
+    assert main(tmp_path, "norm=reference", "trainer.max_steps=2").ok
+    with pytest.raises(SystemExit) as exit_:
+        main(tmp_path, "norm=reference", "ckpt_path=last", "trainer.precision=bf16-mixed")
+    last = tmp_path / "checkpoints/reference_seed0/version_0/last.ckpt"
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"train.py: checkpoint error: checkpoint {last} was trained with trainer.precision = '32-true'; "
+        "the configuration asks for 'bf16-mixed'"
+    )

@@ -31,14 +31,16 @@ Generated, relative to that folder (``<name>`` is any run name, ``<k>``, ``<n>``
 - ``outputs/compile-report/inductor_output_<n>.py`` (``compile_report.compile_report``);
 - in a Hydra job folder under ``outputs/hydra/`` or ``multirun/`` (a folder whose ``.hydra/`` holds
   ``hydra.yaml``): ``.hydra/config.yaml``, ``.hydra/hydra.yaml``, ``.hydra/overrides.yaml`` and
-  ``train.log``; in a sweep folder there, ``multirun.yaml``;
+  ``train.log``, and ``traceback.txt`` (``training.cli.TRACEBACK_NAME``: the traceback of a run that
+  crashed); in a sweep folder there, ``multirun.yaml``;
 - ``runs/<name>/version_<k>/events.out.tfevents.*`` and ``hparams.yaml`` (Lightning's
   ``TensorBoardLogger``); ``runs/summary_*.md`` and ``runs/summary_*.json``
   (``training.summary.MultirunSummary``);
 - ``checkpoints/<name>/version_<k>/``: ``step<n>.ckpt``, ``last.ckpt`` (either with Lightning's
   ``-v<n>`` suffix when the name was taken), ``final.ckpt``, ``hpc_ckpt_<n>.ckpt`` (Lightning's SLURM
-  requeue), ``.<file>.ckpt.<pid>.tmp`` (``training.checkpoints.atomic_torch_save``) and ``.run.lock``
-  (``training.checkpoints.RunLock``, left by a killed run);
+  requeue), ``.<file>.ckpt.<pid>.tmp`` (``training.checkpoints.atomic_torch_save``), ``.run.lock``
+  (``training.checkpoints.RunLock``, left by a killed run) and ``end.json`` (the record of the run's end,
+  ``training.resume.record_end``, with its ``.end.json.<pid>.tmp`` while being written);
 - ``runs/.write-probe.<pid>`` and ``checkpoints/.write-probe.<pid>`` (``training.paths.prepare_folder``,
   left by a run killed between writing and removing it);
 - every file under ``.pytest_cache/`` (pytest's cache folder);
@@ -123,6 +125,9 @@ LAYOUT_FOLDERS = frozenset(GENERATED_TOP_LEVEL) | {
     "outputs/hydra/multirun",
 }
 
+#: The record of a run's end in its checkpoint folder (``training.resume.END_RECORD``; a test checks they agree).
+END_RECORD = "end.json"
+_END = re.escape(END_RECORD)
 _HYDRA = r"(?:outputs/hydra|multirun)(?:/[^/]+)+"
 _VERSION = r"[^/]+/version_\d+"
 _TREES = "|".join(re.escape(t) for t in PYTHON_TREES)
@@ -138,14 +143,19 @@ _STATIC_PATTERNS = [
         rf"{_HYDRA}/multirun\.yaml",
         rf"runs/{_VERSION}/(?:events\.out\.tfevents\.[^/]+|hparams\.yaml)",
         r"runs/summary_[^/]+\.(?:md|json)",
-        rf"checkpoints/{_VERSION}/(?:step\d+(?:-v\d+)?\.ckpt|last(?:-v\d+)?\.ckpt|final\.ckpt|hpc_ckpt_\d+\.ckpt|\.[^/]+\.ckpt\.\d+\.tmp|\.run\.lock)",
+        rf"checkpoints/{_VERSION}/(?:step\d+(?:-v\d+)?\.ckpt|last(?:-v\d+)?\.ckpt|final\.ckpt|hpc_ckpt_\d+\.ckpt|\.[^/]+\.ckpt\.\d+\.tmp|\.run\.lock|{_END}|\.{_END}\.\d+\.tmp)",
         r"(?:runs|checkpoints)/\.write-probe\.\d+",
         r"\.pytest_cache/.+",
         rf"{_CACHE}/[^/]+\.pyc",
     )
 ]
-#: Hydra's files of one job, generated only where ``<job>/.hydra/hydra.yaml`` exists.
-_HYDRA_JOB_FILE = re.compile(rf"(?P<job>{_HYDRA})/(?:\.hydra/(?:config|hydra|overrides)\.yaml|train\.log)")
+#: The traceback ``train.py`` writes into its Hydra job folder after a crash (``training.cli.TRACEBACK_NAME``;
+#: a test checks they agree).
+TRACEBACK_NAME = "traceback.txt"
+#: Hydra's files of one job, and the crash's traceback, generated only where ``<job>/.hydra/hydra.yaml`` exists.
+_HYDRA_JOB_FILE = re.compile(
+    rf"(?P<job>{_HYDRA})/(?:\.hydra/(?:config|hydra|overrides)\.yaml|train\.log|{re.escape(TRACEBACK_NAME)})"
+)
 _LAYOUT_FOLDER = re.compile(rf"(?:runs|checkpoints)/[^/]+(?:/version_\d+)?|\.pytest_cache/.+|{_CACHE}")
 
 WOULD_REMOVE, REMOVED = "would remove", "removed"

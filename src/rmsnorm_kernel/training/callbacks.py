@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import signal
 import statistics
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.callbacks import Checkpoint, TQDMProgressBar
 from lightning.pytorch.trainer.states import TrainerFn
 
 from ..ops.contract import ContractError
@@ -436,6 +437,32 @@ class StepTimer(L.Callback):
             trainer.logger.log_metrics(metrics, step=step - 1)
 
 
+class StepProgressBar(TQDMProgressBar):
+    """Lightning's progress bar, counting the run's training steps: ``Epoch 1: 6/8`` at step 6 of
+    ``trainer.max_steps`` 8, also after a resume, in the epoch of the training data (a step's epoch is the
+    step over the batches of an epoch, ``data.ResumableBatches``).
+
+    A run is scheduled in steps (``trainer.max_steps``; Lightning's ``max_epochs`` is then -1), and
+    Lightning's own bars count the batches of an epoch, its epochs out of ``max_epochs - 1``: ``Epoch
+    0/-2``, and after a resume mid-epoch a count past its total (``8/2``)."""
+
+    @property
+    def total_train_batches(self) -> int:
+        return self.trainer.max_steps
+
+    def on_train_epoch_start(self, trainer, *args) -> None:
+        # one bar for the whole run, not reset to 0 at each epoch: its total, and the steps done before
+        # this epoch (or this process)
+        bar = self.train_progress_bar
+        bar.total = self.total_train_batches
+        bar.initial = bar.n = trainer.global_step
+        # the epoch of the training data (data.ResumableBatches), which a resume continues mid-way
+        bar.set_description(f"Epoch {trainer.global_step // trainer.num_training_batches}")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, trainer.global_step - 1)
+
+
 class StepCheckpoints(Checkpoint):
     """``step<NNNNN>.ckpt`` and ``last.ckpt`` every ``every_n_steps`` training steps, each written once the
     step's work is all done: after its validation when the step is a validation step, else at its end.
@@ -515,6 +542,16 @@ class StepCheckpoints(Checkpoint):
         trainer.save_checkpoint(folder / "last.ckpt", weights_only=False)
 
 
+class Stopped(BaseException):
+    """SIGINT or SIGTERM where a run stops at once (set-up, its first training step and the compilation
+    in it, the final test, the summary): raised where the process is, so that it ends with one line. A
+    ``BaseException``: no job runner or library handler takes it for a failure of its own and carries on."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
 class Interrupted(RuntimeError):
     """A run stopped by SIGTERM or SIGINT after ``last.ckpt`` was written at the step it reached."""
 
@@ -549,6 +586,23 @@ class SaveOnSignal(L.Callback):
         self._handler = None  # the SIGTERM handler held back during validation
         self._held: int | None = None
         self._stopping = False  # a held signal went to Lightning: later ones stay held to the end
+        self.late: str | None = None  # a signal Lightning's loops no longer act on (``outside_hold``)
+        # Until this process's first training step has ended, a signal stops the run at once (``Stopped``):
+        # Lightning's set-up, the sanity check and the first step, which compiles the network under
+        # compile=true, can take long, and they hold nothing a checkpoint would keep.
+        self.at_once = True
+
+    def outside_hold(self, signum, frame) -> None:
+        """SIGTERM's handler around ``Trainer.fit`` and the run's end (``run.sigterm_left_to_lightning``),
+        which Lightning's handler also calls: the signal is recorded in ``late``. A signal Lightning acts
+        on stops the run with ``last.ckpt`` (``on_exception``); one that comes after its loops' last check
+        (in ``on_train_end``, or once ``Trainer.fit`` has returned) is honoured once ``final.ckpt`` and
+        ``last.ckpt`` are written."""
+        name = self.signal_name if signum == signal.SIGTERM else signal.Signals(signum).name
+        if self.late is None:
+            self.late = name
+        if self.at_once:
+            raise Stopped(name)
 
     def _hold(self) -> None:
         """From now on SIGTERM is recorded, not handled (main thread only: Python runs handlers there)."""
@@ -556,7 +610,9 @@ class SaveOnSignal(L.Callback):
             return
 
         def hold(signum, frame):
-            self._held = signum
+            self._held = signum  # kept also when raised at once: code that swallows the exception ends its step
+            if self.at_once:
+                raise Stopped(self.signal_name if signum == signal.SIGTERM else signal.Signals(signum).name)
 
         self._held = None
         self._handler = signal.signal(signal.SIGTERM, hold)
@@ -597,6 +653,7 @@ class SaveOnSignal(L.Callback):
         self._hold()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.at_once = False
         if not StepCheckpoints.validates_after_this_step(trainer):
             self._hand_over(trainer, end_hold=False)
 
@@ -613,8 +670,8 @@ class SaveOnSignal(L.Callback):
         if self._handler is not None and not self._stopping:  # stopped during validation by something else
             signal.signal(signal.SIGTERM, self._handler)
             self._handler = None
-        if not trainer.received_sigterm:
-            return
+        if not trainer.received_sigterm or isinstance(exception, Stopped):
+            return  # Stopped: before the first step's end, nothing to keep
         # The checkpoint callback's folder is process 0's on every process (Lightning broadcasts it), so the
         # line each process prints names the file process 0 writes.
         checkpoint_callback = trainer.checkpoint_callback
@@ -638,11 +695,39 @@ def sigint_as_sigterm(callback: SaveOnSignal):
         return
 
     def handler(signum, frame):
+        if callback.at_once:
+            raise Stopped("SIGINT")
         callback.signal_name = "SIGINT"
         os.kill(os.getpid(), signal.SIGTERM)
 
+    named = SignalNamed(callback)
+    lightning_log = logging.getLogger(LIGHTNING_SIGNAL_LOGGER)
+    lightning_log.addFilter(named)
     previous = signal.signal(signal.SIGINT, handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        lightning_log.removeFilter(named)
+
+
+#: The logger of Lightning's SIGTERM handling, which announces each signal it is handed as
+#: ``Received SIGTERM: 15``.
+LIGHTNING_SIGNAL_LOGGER = "lightning.pytorch.trainer.connectors.signal_connector"
+
+
+class SignalNamed(logging.Filter):
+    """Lightning announces every signal it is handed as SIGTERM; Ctrl+C reaches it as one
+    (``sigint_as_sigterm``). This filter gives the announcement the signal that came."""
+
+    def __init__(self, callback: SaveOnSignal) -> None:
+        super().__init__()
+        self.callback = callback
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        name = self.callback.signal_name
+        message = record.getMessage()
+        sigterm = f"Received SIGTERM: {signal.SIGTERM.value}"
+        if name != "SIGTERM" and sigterm in message:
+            record.msg, record.args = message.replace(sigterm, f"Received {name}: {signal.Signals[name].value}"), ()
+        return True

@@ -5,10 +5,11 @@ and a non-zero exit:
 
 - 2: a configuration, checkpoint or output path refused before any work, and a run whose checkpoint
   folder another live process is writing (its lock);
-- 143 (SIGTERM) or 130 (SIGINT): a run stopped by that signal. During training, after writing
-  ``last.ckpt`` (the line names it and the command that resumes it); at any other moment (set-up, the
-  final test, between the jobs of a multirun) at once, naming the last good checkpoint. A signal stops
-  a multirun as a whole: no further job starts;
+- 143 (SIGTERM) or 130 (SIGINT): a run stopped by that signal. During training and until ``final.ckpt``
+  and ``last.ckpt`` are written, after writing ``last.ckpt`` (the line names it and the command that
+  resumes it); at any other moment (set-up, the final test, the summary, between the jobs of a multirun)
+  at once, naming the last good checkpoint. A run stopped after its last step is finished by
+  ``ckpt_path=last`` (``resume.END_RECORD``). A signal stops a multirun as a whole: no further job starts;
 - 1: a run stopped by a non-finite loss, by a parity check past the tolerance, by the Triton contract or
   by a write the disk refused (a full disk: ``run.OutputError``), a failed check, and a crash (an
   unexpected exception: its traceback goes to ``traceback.txt`` in the Hydra folder, or to standard error
@@ -19,8 +20,9 @@ whose ``stopped`` holds that line: the next job runs, and the exit code comes at
 (``summary.MultirunSummary``). A value of the wrong type, an unknown key or group option is refused
 before Hydra starts (``override_problem``), in one line, exit 2.
 
-A resume that finds nothing to train exits 0 with one line on standard output, and writes nothing: the
-Hydra folder of that invocation is removed again (``HydraFolders``).
+A resume that finds nothing to train exits 0 with one line on standard output (1, with the check's line,
+when the run's recorded end failed a check), and writes nothing: the Hydra folder of that invocation is
+removed again (``HydraFolders``).
 """
 
 from __future__ import annotations
@@ -44,15 +46,18 @@ from omegaconf import DictConfig
 
 from ..ops.backend import backend
 from ..ops.contract import ContractError
-from .callbacks import Interrupted
+from .callbacks import Interrupted, Stopped
 from .checkpoints import CheckpointError, RunInUse
 from .config import ConfigError
 from .model import TrainingStopped
 from .paths import PathError, run_name
+from .resume import record_end
 from .run import OutputError, RunResult, run
 from .summary import format_summary
 
 PROG = "train.py"
+#: The file in the Hydra job folder that holds a crash's traceback (``checks.clean`` knows it by this name).
+TRACEBACK_NAME = "traceback.txt"
 
 
 class JobFailed(RuntimeError):
@@ -152,16 +157,6 @@ def hydra_message(e: BaseException) -> str:
     )
 
 
-class Stopped(BaseException):
-    """SIGINT or SIGTERM outside training (set-up, the final test): raised where the process is, so that
-    it ends with one line. A ``BaseException``: no job runner or library handler takes it for a failure
-    of its own and carries on."""
-
-    def __init__(self, signal_name: str) -> None:
-        super().__init__(signal_name)
-        self.signal_name = signal_name
-
-
 @contextlib.contextmanager
 def signals_stop_the_command():
     """SIGINT and SIGTERM raise ``Stopped`` (in the main thread, where Python runs signal handlers).
@@ -210,7 +205,7 @@ def crashed(e: Exception) -> str:
     reason = f"crashed: {type(e).__name__}: {first}"
     text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
     if HydraConfig.initialized():
-        path = Path(HydraConfig.get().runtime.output_dir) / "traceback.txt"
+        path = Path(HydraConfig.get().runtime.output_dir) / TRACEBACK_NAME
         try:
             path.write_text(text)
             reason += f" (traceback in {path})"
@@ -226,7 +221,7 @@ def crashed(e: Exception) -> str:
 
 def run_and_report(cfg: DictConfig) -> RunResult:
     try:
-        result = run(cfg)
+        result = run(cfg, record=False)  # recorded below, once the summary is out
     except ConfigError as e:
         fail(f"configuration error: {e}", 2)
     except CheckpointError as e:
@@ -254,8 +249,16 @@ def run_and_report(cfg: DictConfig) -> RunResult:
     if result.nothing_to_do:
         HydraFolders.remove_this_invocations()
         print(f"{PROG}: nothing to do: {result.nothing_to_do}", flush=True)
+        if not result.ok and not multirun():  # the run's end failed a check: so does asking again
+            fail(f"check failed: {result.failures[0]}", 1)
         return result
-    print(format_summary(result), flush=True)
+    try:
+        print(format_summary(result), flush=True)
+        # the run's end is done once its summary is out: until then, ckpt_path=last finishes it
+        record_end(Path(result.checkpoint).parent, result.steps, result.failures)
+    except Stopped as e:  # the line names the checkpoint that ckpt_path=last finishes the run from
+        e.last_good = f"the last good checkpoint is {Path(result.checkpoint).with_name('last.ckpt')}"
+        raise
     if not result.ok and not multirun():
         fail(f"check failed: {result.failures[0]}", 1)
     return result

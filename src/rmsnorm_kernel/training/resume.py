@@ -4,8 +4,9 @@ TensorBoard marker that keeps one value per step across the interruption.
 A resume never rewrites a run's history:
 
 - a checkpoint already at or past ``trainer.max_steps`` leaves nothing to train (``Resume.done``), unless
-  it is the last step's checkpoint of a run that stopped before its end (no ``final.ckpt`` beside it):
-  then the run's end (the test, ``final.ckpt``) is done;
+  it is the last step's checkpoint of a run that stopped before its end was recorded (``END_RECORD``:
+  a signal, a crash during the end's writes, the test, the checks or the summary): then the run's end
+  (``final.ckpt`` where it is missing, the test, the checks, HPARAMS, the summary) is done, in its folders;
 - a checkpoint of a run that has gone further (a later checkpoint in its folder) or that has ended (a
   ``final.ckpt`` in its folder) starts a new version folder, a branch (``Resume.branch``), which records
   where it came from; the run it came from keeps its checkpoints, its final result and its TensorBoard
@@ -18,20 +19,50 @@ newest run of this configuration; a damaged file there is an error naming it, ne
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import lightning as L
+import torch
 from lightning.pytorch.loggers import TensorBoardLogger
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from .checkpoints import CheckpointError, check_matches, checkpoint_steps, read_checkpoint
+from .config import count_devices
 from .data import SplitData
 from .events import run_event_writer
 from .model import RMSNormRegressor
 from .network import NETWORK_DEFAULTS
 from .paths import project_path, run_name
+
+#: The file of a run's checkpoint folder that records its end: written once the test, the end checks,
+#: reload parity, HPARAMS and the summary are done (``record_end``), with the checks that failed.
+END_RECORD = "end.json"
+
+
+def record_end(folder: Path, step: int, failures: list[str]) -> None:
+    """Records in the checkpoint folder ``folder`` that its run's end is done, at ``step``, and the end
+    checks that failed (written to a temporary file renamed into place)."""
+    path = Path(folder) / END_RECORD
+    tmp = path.with_name(f".{END_RECORD}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"step": step, "failures": list(failures)}))
+    os.replace(tmp, path)
+
+
+def recorded_end(folder: Path, step: int) -> list[str] | None:
+    """The end checks that failed in the run of checkpoint folder ``folder``, if its end at ``step`` is
+    recorded (``record_end``); None when it is not (the run was stopped before its verdicts)."""
+    try:
+        record = json.loads((Path(folder) / END_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("step") != step:
+        return None
+    return [str(f) for f in record.get("failures", [])]
 
 
 @dataclass
@@ -42,6 +73,7 @@ class Resume:
     branch: bool = False  # a new version folder: the checkpoint's run has gone further
     done: bool = False  # nothing to train: the checkpoint is at or past trainer.max_steps, the run ended
     log_dir: Path | None = None  # the TensorBoard folder of the checkpoint's run, when known
+    failures: list[str] | None = None  # with done: the end checks that failed in that run
 
 
 def furthest_step(folder: Path) -> float:
@@ -54,8 +86,48 @@ def furthest_step(folder: Path) -> float:
     return steps[0][0] if steps else -1
 
 
-def checked(path: Path, module: RMSNormRegressor, data: SplitData) -> dict:
-    """The checkpoint at ``path``, if it holds this configuration's network, norm path and data."""
+#: The key of a checkpoint that holds ``run_identity``.
+IDENTITY_KEY = "run_identity"
+#: Lightning's other names of a precision.
+PRECISION_NAMES = {"32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"}
+
+
+def run_identity(cfg: DictConfig) -> dict:
+    """The settings that change the numbers a run produces besides the network's, the norm path's and the
+    data's (the module's and the data's hyper-parameters, checked by ``checked``): the precision, compile,
+    deterministic algorithms, the kind of device (``trainer.accelerator``, ``auto`` as it resolves here) and
+    the number of processes (``trainer.devices`` x ``trainer.num_nodes``, which sets the global batch).
+    A resume must have the same ones; docs/training.md lists every setting and which kind it is."""
+    accelerator = str(cfg.trainer.accelerator)
+    if accelerator == "auto":
+        device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    else:
+        device = {"gpu": "cuda"}.get(accelerator, accelerator)
+    devices = cfg.trainer.devices
+    plain = OmegaConf.to_container(devices) if OmegaConf.is_config(devices) else devices
+    precision = str(cfg.trainer.precision)
+    return {
+        "trainer.precision": PRECISION_NAMES.get(precision, precision),
+        "compile": bool(cfg.compile),
+        "trainer.deterministic": bool(cfg.trainer.deterministic),
+        "trainer.accelerator": device,
+        "processes": count_devices(plain, accelerator) * cfg.trainer.num_nodes,
+    }
+
+
+class RecordIdentity(L.Callback):
+    """Writes ``run_identity`` into every checkpoint of the run (under ``IDENTITY_KEY``)."""
+
+    def __init__(self, identity: dict) -> None:
+        self.identity = identity
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        checkpoint[IDENTITY_KEY] = dict(self.identity)
+
+
+def checked(path: Path, module: RMSNormRegressor, data: SplitData, identity: dict | None = None) -> dict:
+    """The checkpoint at ``path``, if it holds this configuration's network, norm path and data, and was
+    trained with the settings ``identity`` (``run_identity``) when given."""
     ckpt = read_checkpoint(path)
     # the kind of network first: its other keys differ anyway, and would name a size instead of the network
     check_matches(path, ckpt, {"kind": module.hparams.kind}, NETWORK_DEFAULTS)
@@ -63,6 +135,17 @@ def checked(path: Path, module: RMSNormRegressor, data: SplitData) -> dict:
     data_hp = ckpt.get("datamodule_hyper_parameters")
     if data_hp is not None:
         check_matches(path, {"hyper_parameters": data_hp}, dict(data.hparams))
+    if identity is not None:
+        recorded = ckpt.get(IDENTITY_KEY)
+        if not isinstance(recorded, dict):
+            raise CheckpointError(
+                f"checkpoint {path} records none of the settings {', '.join(identity)}, so a resume cannot tell "
+                "whether it would continue the same numbers; accepted: a checkpoint that records them"
+            )
+        missing = [key for key in identity if key not in recorded]
+        if missing:
+            raise CheckpointError(f"checkpoint {path} does not record {', '.join(missing)}")
+        check_matches(path, {"hyper_parameters": recorded}, identity)
     return ckpt
 
 
@@ -95,7 +178,9 @@ def furthest_checkpoint(folder: Path) -> Path:
 PASS_ANOTHER = "pass ckpt_path=<file> to resume from another checkpoint"
 
 
-def find_last(run_dir: Path, module: RMSNormRegressor, data: SplitData) -> tuple[Path, dict]:
+def find_last(
+    run_dir: Path, module: RMSNormRegressor, data: SplitData, identity: dict | None = None
+) -> tuple[Path, dict]:
     """``ckpt_path=last``: the furthest checkpoint of the newest run (version folder) of this configuration
     (a run name leaves out values that only change the training: a version of another such value is
     passed over). A damaged furthest checkpoint is an error, never a step back to an earlier one."""
@@ -106,7 +191,7 @@ def find_last(run_dir: Path, module: RMSNormRegressor, data: SplitData) -> tuple
     for folder in folders:
         path = furthest_checkpoint(folder)
         try:
-            return path, checked(path, module, data)
+            return path, checked(path, module, data, identity)
         except CheckpointError as e:  # a whole file of another configuration
             refusals.append(e)
     raise refusals[0]  # none matches: the newest one says why
@@ -114,16 +199,17 @@ def find_last(run_dir: Path, module: RMSNormRegressor, data: SplitData) -> tuple
 
 def resolve_resume(cfg: DictConfig, module: RMSNormRegressor, data: SplitData) -> Resume | None:
     """Finds and checks the checkpoint ``cfg.ckpt_path`` names, before anything is written (``find_last``
-    for ``last``). The file must load with ``weights_only=True`` and hold this configuration's network,
-    norm path and data."""
+    for ``last``). The file must load with ``weights_only=True``, hold this configuration's network,
+    norm path and data, and have been trained with the same ``run_identity``."""
     if cfg.ckpt_path is None:
         return None
     run_dir = project_path(cfg.paths.checkpoints) / run_name(cfg)
+    identity = run_identity(cfg)
     if cfg.ckpt_path == "last":
-        path, ckpt = find_last(run_dir, module, data)
+        path, ckpt = find_last(run_dir, module, data, identity)
     else:
         path = project_path(cfg.ckpt_path)
-        ckpt = checked(path, module, data)
+        ckpt = checked(path, module, data, identity)
     step = int(ckpt["global_step"])
     version = None
     if path.parent.parent == run_dir and re.fullmatch(r"version_\d+", path.parent.name):
@@ -131,8 +217,11 @@ def resolve_resume(cfg: DictConfig, module: RMSNormRegressor, data: SplitData) -
     further = version is not None and furthest_step(path.parent) > step
     log_dir = project_path(cfg.paths.runs) / run_name(cfg) / f"version_{version}" if version is not None else None
     ended = further or (path.parent / "final.ckpt").exists()
-    if step > cfg.trainer.max_steps or (step == cfg.trainer.max_steps and ended):
-        return Resume(path=path, version=version, global_step=step, done=True, log_dir=log_dir)
+    end = recorded_end(path.parent, step) if version is not None else None
+    if step > cfg.trainer.max_steps or (step == cfg.trainer.max_steps and (further or end is not None)):
+        return Resume(path=path, version=version, global_step=step, done=True, log_dir=log_dir, failures=end)
+    if step == cfg.trainer.max_steps and version is not None:  # stopped before its verdicts: finish its end
+        return Resume(path=path, version=version, global_step=step, log_dir=log_dir)
     if ended or version is None:  # a file of no run of this configuration also starts a new folder
         return Resume(path=path, version=None, global_step=step, branch=True, log_dir=log_dir)
     return Resume(path=path, version=version, global_step=step, log_dir=log_dir)

@@ -53,6 +53,7 @@ from .callbacks import (
     Parity,
     SaveOnSignal,
     StepCheckpoints,
+    StepProgressBar,
     StepTimer,
     ValidateAtLastStep,
     parity_tag,
@@ -61,11 +62,11 @@ from .callbacks import (
 from .checkpoints import AtomicCheckpointIO, RunLock, last_good_checkpoint, remove_stale_temporaries
 from .config import MODEL_KINDS, ConfigError, count_devices, validate
 from .data import SplitData, SyntheticRegressionData, TextData
-from .events import run_event_writer, write_layout
+from .events import read_scalars, run_event_writer, write_layout
 from .model import RMSNormRegressor, TrainingStopped
 from .network import LOSS_NAMES, network_copy, network_input, norm_calls_per_step, sharded
 from .paths import NAME_DEFAULTS, claim_version, prepare_folder, project_path, remove_folders, run_name
-from .resume import mark_branch, mark_restart, resolve_resume
+from .resume import RecordIdentity, mark_branch, mark_restart, record_end, resolve_resume, run_identity
 
 
 def process_zero() -> bool:
@@ -335,14 +336,15 @@ def last_good_line(folder: Path, resumed_from: Path | None) -> str:
 
 
 @contextlib.contextmanager
-def sigterm_left_to_lightning():
-    """While training, SIGTERM is Lightning's alone (``callbacks.SaveOnSignal``): Lightning also calls a
-    handler it finds in place, and the command's own (``cli.signals_stop_the_command``) would stop the
-    step where it is. Put back after."""
+def sigterm_left_to_lightning(on_signal: SaveOnSignal):
+    """While training and until ``final.ckpt`` and ``last.ckpt`` are written, SIGTERM is Lightning's and
+    ``on_signal``'s (``callbacks.SaveOnSignal``): Lightning also calls a handler it finds in place, and
+    the command's own (``cli.signals_stop_the_command``) would stop the step, or the end's writes, where
+    they are. The handler in place records the signal (``SaveOnSignal.outside_hold``). Put back after."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    previous = signal.signal(signal.SIGTERM, on_signal.outside_hold)
     try:
         yield
     finally:
@@ -369,8 +371,10 @@ def writer_thread_errors_quiet():
 
 
 @counting()  # the integration check reads the Triton calls of every stage
-def run(cfg: DictConfig) -> RunResult:
-    """Trains once as configured, runs the checks, and returns what happened (failures included).
+def run(cfg: DictConfig, record: bool = True) -> RunResult:
+    """Trains once as configured, runs the checks, and returns what happened (failures included). With
+    ``record``, the run's end is recorded then (``resume.record_end``); ``train.py`` records it itself,
+    once it has printed the summary.
 
     Raises ``ConfigError``, ``CheckpointError``, ``PathError`` (all before anything is written),
     ``checkpoints.RunInUse`` (another live process writes the run), ``NonFiniteLossError``,
@@ -408,6 +412,7 @@ def run(cfg: DictConfig) -> RunResult:
         raise
     if resume is not None and resume.done:
         remove_folders(created)
+        result.failures = list(resume.failures or [])  # the verdict of its end, as recorded
         result.steps = resume.global_step
         result.checkpoint = str(resume.path)
         result.log_dir = str(resume.log_dir) if resume.log_dir is not None else ""
@@ -437,7 +442,10 @@ def run(cfg: DictConfig) -> RunResult:
     if lock is not None:
         lock.acquire()
     try:
-        return train_and_check(cfg, result, module, data, resume, logger, checkpoint_dir, start)
+        result = train_and_check(cfg, result, module, data, resume, logger, checkpoint_dir, start)
+        if record and process_zero():
+            record_end(Path(result.checkpoint).parent, result.steps, result.failures)
+        return result
     finally:
         if lock is not None:
             lock.release()
@@ -482,6 +490,18 @@ def train_and_check(
         raise
 
 
+def last_logged(log_dir: str, loss_name: str, step: int) -> dict[str, float]:
+    """The last ``train/<loss>``, ``val/<loss>`` and ``val/ppl`` a run logged up to ``step``: what a run
+    that had no step left to train (it finishes another process's end) reports as its training's."""
+    scalars = read_scalars(log_dir) if Path(log_dir).is_dir() else {}
+    found = {}
+    for tag in (f"train/{loss_name}", f"val/{loss_name}", "val/ppl"):
+        values = [v for s, v in scalars.get(tag, []) if s <= step]
+        if values:
+            found[tag] = values[-1]
+    return found
+
+
 def train_and_check_body(
     cfg: DictConfig,
     result: RunResult,
@@ -523,25 +543,44 @@ def train_and_check_body(
         logger=logger,
         # in this order: the parity check before the step's timer starts, the timer stopped and the last
         # step's stop asked before the step's checkpoint is written (Lightning runs checkpoint callbacks last)
-        callbacks=[parity, timer, ValidateAtLastStep(), checkpoints, on_signal],
+        callbacks=[parity, timer, ValidateAtLastStep(), checkpoints, on_signal, RecordIdentity(run_identity(cfg))]
+        + ([StepProgressBar()] if cfg.trainer.enable_progress_bar else []),
         plugins=[AtomicCheckpointIO()],
         default_root_dir=str(checkpoint_dir),
         use_distributed_sampler=False,  # evaluation splits are sharded without padding (data.py)
     )
-    try:
-        with sigint_as_sigterm(on_signal), sigterm_left_to_lightning():
+    # One protected section from the first step to the written final.ckpt and last.ckpt: a signal is held
+    # (callbacks.SaveOnSignal) and honoured at the end of its step, or, once the loops have made their
+    # last check, when both files are written. What follows them (the test, the checks, HPARAMS and the
+    # summary) is finished by a resume (resume.resolve_resume) until the run's end is recorded.
+    with sigint_as_sigterm(on_signal), sigterm_left_to_lightning(on_signal):
+        try:
             trainer.fit(module, datamodule=data, ckpt_path=str(resume.path) if resume else None, weights_only=True)
-    except SystemExit:  # Lightning's exit on SIGTERM, and on KeyboardInterrupt
-        if on_signal.saved is None:
-            raise
-        raise Interrupted(on_signal.signal_name, on_signal.saved, on_signal.step) from None
-    fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}  # test() resets them
-    final = checkpoint_dir / "final.ckpt"
-    trainer.save_checkpoint(final, weights_only=False)  # the full state: optimizer and loops too
-    # last.ckpt is what ckpt_path=last resumes: after a completed run, that is the final state (which it
-    # holds already when a resumed run had no step left to train: then it is left as it is).
-    if resume is None or trainer.global_step != resume.global_step or resume.branch:
-        trainer.save_checkpoint(checkpoint_dir / "last.ckpt", weights_only=False)
+        except SystemExit:  # Lightning's exit on SIGTERM, and on KeyboardInterrupt
+            if on_signal.saved is None:
+                raise
+            raise Interrupted(on_signal.signal_name, on_signal.saved, on_signal.step) from None
+        on_signal.at_once = False  # a run that had no step left to train: its end's writes are held too
+        fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}  # test() resets them
+        if resume is not None and trainer.global_step == resume.global_step:  # no step left: finishing its end
+            fit_metrics = {**last_logged(logger.log_dir, module.loss_name, trainer.global_step), **fit_metrics}
+        final = checkpoint_dir / "final.ckpt"
+        # final.ckpt is a result: a run finishing the end of a process stopped after writing it keeps it
+        if not trainer.strategy.broadcast(final.exists()):
+            trainer.save_checkpoint(final, weights_only=False)  # the full state: optimizer and loops too
+        # last.ckpt is what ckpt_path=last resumes: after a completed run, that is the final state (which it
+        # holds already when a resumed run had no step left to train: then it is left as it is).
+        last = Path(checkpoints.dirpath) / "last.ckpt"
+        if resume is None or trainer.global_step != resume.global_step or resume.branch:
+            trainer.save_checkpoint(last, weights_only=False)
+        late = on_signal.late
+        if trainer.world_size > 1:  # every process stops here, or none: the test's collectives need all
+            names = ["SIGINT", "SIGTERM"]
+            flag = torch.tensor([float(names.index(late) + 1) if late else 0.0], device=trainer.strategy.root_device)
+            agreed = int(trainer.strategy.reduce(flag, reduce_op="max").item())
+            late = names[agreed - 1] if agreed else None
+    if late is not None:
+        raise Interrupted(late, last, trainer.global_step)
     trainer.test(module, datamodule=data, verbose=False)
 
     result.steps = trainer.global_step
