@@ -1,6 +1,8 @@
 """The Triton kernels against the oracle: y, dx and dgamma over irregular shapes, three dtypes and the
 row layouts the contract accepts."""
 
+import dataclasses
+
 import pytest
 import torch
 import triton
@@ -196,16 +198,41 @@ def test_backward_with_dgamma_partials_is_bitwise_deterministic(shape, dtype, de
         assert torch.equal(a, b)
 
 
+@pytest.mark.gpu
 def test_float32_dgamma_of_many_narrow_rows_stays_within_float32_tolerance(device):
     """131072 rows of 256: the most rows a narrow sweep point of float32 sums. Float32 running sums per
-    tile element (what 16-bit x takes) put this dgamma 2.7x past float32's tolerance under the
-    interpreter, 1.4x on an H200; the float64 sum per tile stays within it. (16-bit x: its dgamma rounds
-    to the same values either way at these rows.)"""
+    tile element (what 16-bit x takes) put this dgamma past float32's tolerance; the float64 sum per tile
+    stays within it. (16-bit x: its dgamma rounds to the same values either way at these rows.) The same
+    claim at a size the interpreter runs: the test below."""
     x, gamma, dy = make_inputs((131072, 256), torch.float32, device)
     calls = counters.calls(torch.device(device))
     _, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, calls)
     c = compare(dgamma, oracle(x, gamma, dy)[2])
     assert c.ok, f"max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} over {c.tolerance}"
+
+
+def test_float32_dgamma_is_summed_across_tiles_in_float64_where_float32_sums_drift(device):
+    """Rows whose dgamma terms cancel: the second half repeats the first with dy negated (times 16, a
+    power of two: exact), so the exact dgamma is 0 while each program's running sum grows over its first
+    16 tiles and cancels over its last 16. Four programs of 32 tiles each (the plan for 2
+    multiprocessors, on any device). The float64 sum across tiles that float32 x takes lands within
+    float32's tolerance of the oracle; float32 running sums per tile element (what 16-bit x takes), on the
+    same rows, do not."""
+    half, n = 1024, 256
+    x, gamma, dy = make_inputs((half, n), torch.float32, device)
+    x, dy = torch.cat([x, x]), torch.cat([16 * dy, -16 * dy])
+    p = launch.plan(2 * half, n, launch.INTERPRETER)
+    assert not p.bwd_rowwise_dgamma and not launch.plan_for(x, gamma).bwd_rowwise_dgamma
+    assert triton.cdiv(2 * half, p.bwd_block_m) >= 32 * p.partial_rows
+    want = oracle(x, gamma, dy)[2]
+    calls = counters.calls(torch.device(device))
+    _, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, calls, p)
+    c = compare(dgamma, want)
+    assert c.ok, f"max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} over {c.tolerance}"
+    _, float32_sums = kernels.rmsnorm_backward(
+        dy, x, gamma, 1e-6, calls, dataclasses.replace(p, bwd_rowwise_dgamma=True)
+    )
+    assert not compare(float32_sums, want).ok
 
 
 def test_backward_accepts_a_broadcast_upstream_gradient(device):
