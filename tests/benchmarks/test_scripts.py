@@ -62,6 +62,7 @@ class FasterEachTime:
         return Timing(1e-4 / self.calls, None, None)
 
 
+@pytest.mark.slow
 def test_a_sweep_checks_every_variant_against_the_oracle(device):
     """At 1200x257 float32 the rows are narrow, with more tiles than programs on any GPU: two backward
     programs a multiprocessor; ``narrow_off`` gives them one. Both plans must give the oracle's answer."""
@@ -96,6 +97,7 @@ def test_without_a_gpu_each_script_exits_2_saying_it_needs_one(script, capsys):
     assert len(err) == 1 and "needs a CUDA GPU" in err[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, n", [("fwd", 3000), ("bwd", 1000), ("bwd", 9000)], ids=str)
 def test_every_launch_rules_variant_is_a_plan_the_kernels_run_correctly(kind, n, device):
     """Each variant is timed only if it computes what the shipped plan computes; on the CPU the variants

@@ -344,6 +344,7 @@ def _fake_points(monkeypatch, ok=True, timed=True):
     monkeypatch.setattr(sweep, "measure_point", measure_point)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "ok, timed, status, says",
     [(True, True, 0, None), (False, True, 1, "Triton FAILED at"), (True, False, 1, "no timing at")],

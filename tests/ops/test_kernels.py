@@ -1,6 +1,8 @@
 """The Triton kernels against the oracle: y, dx and dgamma over irregular shapes, three dtypes and the
 row layouts the contract accepts."""
 
+import dataclasses
+
 import pytest
 import torch
 import triton
@@ -12,7 +14,9 @@ from rmsnorm_kernel.ops.tolerances import TOLERANCES, compare, tolerance_dtype
 from rmsnorm_kernel.testing import make_inputs
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-# Whole rows: N of 1, around a power of two, and past one; M of 1, 17 (not a tile multiple) and 128.
+F32, F16, BF16 = DTYPES
+# Whole rows: N of 1, around a power of two, and past one; M of 1, 17 (not a tile multiple) and 128;
+# rows of 16 KB (16-bit N = 8192).
 SHAPES = [
     (1, 1),
     (17, 7),
@@ -22,18 +26,50 @@ SHAPES = [
     (128, 257),
     (17, 1000),
     (17, 4096),
+    (3, 8192),
     (2, 5, 257),
     (3, 4, 1, 64),
 ]
 # Rows the forward walks in chunks: N a multiple of the chunk, and not.
 CHUNKED_SHAPES = [(5, 3072), (17, 3000)]
 # Rows longer than launch.ROW_LIMIT take the looped kernels; N = 65536 is the contract's limit.
-LONG_CASES = [
-    ((3, 8193), torch.float32),
-    ((2, 20000), torch.float32),
-    ((2, 20000), torch.bfloat16),
-    ((3, 65536), torch.bfloat16),
-]
+LONG_SHAPES = [(3, 8193), (2, 16384), (2, 20000), (3, 65536)]
+
+# The default tier runs these cases of the three grids above: each forward branch (but the residual's)
+# and each backward branch in each dtype (asserted below), and the edges of the shapes once. The rest of
+# each grid runs with -m slow.
+DEFAULT_SHAPES = {
+    ((1, 1), F32),
+    ((17, 7), BF16),
+    ((128, 255), F16),
+    ((17, 256), F32),
+    ((17, 256), F16),
+    ((17, 1000), BF16),
+    ((128, 257), F32),
+    ((128, 257), F16),
+    ((128, 257), BF16),
+    ((17, 4096), F32),
+    ((3, 8192), F16),
+    ((3, 8192), BF16),
+    ((2, 5, 257), F32),
+    ((3, 4, 1, 64), BF16),
+}
+DEFAULT_CHUNKED = {((5, 3072), BF16), ((17, 3000), F32), ((17, 3000), F16)}
+DEFAULT_LONG = {
+    ((3, 8193), F32),
+    ((3, 8193), F16),
+    ((3, 8193), BF16),
+    ((2, 16384), F32),
+    ((2, 16384), F16),
+    ((2, 16384), BF16),
+    ((2, 20000), BF16),
+    ((3, 65536), BF16),
+}
+
+
+def grid(cases, default):
+    """``cases`` as parameters: those in ``default`` run in the default tier, the others with -m slow."""
+    return [pytest.param(*case, marks=() if case in default else pytest.mark.slow) for case in cases]
 
 
 def triton_grads(x, gamma, dy, activation=None, mode="torch"):
@@ -56,14 +92,14 @@ def assert_matches_oracle(x, gamma, dy, dgamma_dtype=None, activation=None, mode
     return got
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("shape, dtype", grid([(s, d) for s in SHAPES for d in DTYPES], DEFAULT_SHAPES), ids=str)
 def test_triton_matches_oracle_forward_dx_and_dgamma(shape, dtype, device):
     assert_matches_oracle(*make_inputs(shape, dtype, device))
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", CHUNKED_SHAPES, ids=str)
+@pytest.mark.parametrize(
+    "shape, dtype", grid([(s, d) for s in CHUNKED_SHAPES for d in DTYPES], DEFAULT_CHUNKED), ids=str
+)
 def test_rows_the_forward_walks_in_chunks_match_oracle(shape, dtype, device):
     x, gamma, dy = make_inputs(shape, dtype, device)
     p = launch.plan_for(x, gamma)
@@ -71,11 +107,25 @@ def test_rows_the_forward_walks_in_chunks_match_oracle(shape, dtype, device):
     assert_matches_oracle(x, gamma, dy)
 
 
-@pytest.mark.parametrize("shape, dtype", LONG_CASES, ids=str)
+@pytest.mark.parametrize("shape, dtype", grid([(s, d) for s in LONG_SHAPES for d in DTYPES], DEFAULT_LONG), ids=str)
 def test_long_rows_match_oracle_forward_dx_and_dgamma(shape, dtype, device):
     x, gamma, dy = make_inputs(shape, dtype, device)
     assert launch.plan_for(x, gamma).bwd_branch == "looped"
     assert_matches_oracle(x, gamma, dy)
+
+
+def test_the_default_cases_take_every_branch_in_every_dtype():
+    """Planned as under the interpreter (on the CPU, whatever the machine): every forward branch but the
+    residual's, each backward branch, and the backward's dgamma summed per tile element (16-bit x)."""
+    taken = set()
+    for shape, dtype in DEFAULT_SHAPES | DEFAULT_CHUNKED | DEFAULT_LONG:
+        x, gamma, _ = make_inputs(shape, dtype, "cpu")
+        p = launch.plan_for(x.reshape(-1, shape[-1]), gamma)
+        rowwise = "_rowwise_dgamma" if p.bwd_rowwise_dgamma else ""
+        taken |= {(p.fwd_branch, dtype), (p.bwd_branch + rowwise, dtype)}
+    forward = [b for b in launch.FORWARD_BRANCHES if b != "residual_wide_rows"]  # the residual test's
+    want = {(b, d) for b in [*forward, *launch.BACKWARD_BRANCHES] for d in DTYPES}
+    assert want | {("whole_rows_rowwise_dgamma", F16), ("whole_rows_rowwise_dgamma", BF16)} <= taken
 
 
 # Shapes that between them take every branch of each direction (asserted below).
@@ -90,9 +140,12 @@ BRANCH_CASES = [
     ((2, 16384), torch.bfloat16),
     ((2, 20000), torch.bfloat16),
 ]
+# Of those, the default tier runs the SiLU, the numerics modes and the residual add on these, which run
+# every kernel (asserted below); with a residual, also on (2, 16384), its own branch.
+KERNEL_CASES = {((17, 257), BF16), ((17, 3000), BF16), ((3, 8193), F32)}
 
 
-@pytest.mark.parametrize("shape, dtype", BRANCH_CASES, ids=str)
+@pytest.mark.parametrize("shape, dtype", grid(BRANCH_CASES, KERNEL_CASES), ids=str)
 def test_norm_then_silu_matches_oracle(shape, dtype, device):
     x, gamma, dy = make_inputs(shape, dtype, device)
     y, _, _ = assert_matches_oracle(x, gamma, dy, activation="silu")
@@ -110,8 +163,20 @@ def test_branch_cases_take_every_branch_of_each_direction(device):
     assert {p.bwd_branch for p in plans} == set(launch.BACKWARD_BRANCHES)
 
 
-@pytest.mark.parametrize("mode", ["llama", "gemma"])
-@pytest.mark.parametrize("shape, dtype", BRANCH_CASES, ids=str)
+def test_kernel_cases_run_every_kernel_of_each_direction(device):
+    plans = [launch.plan_for(*make_inputs(shape, dtype, device)[:2]) for shape, dtype in KERNEL_CASES]
+    assert {p.fwd_two_pass for p in plans} == {False, True}  # the whole-row and the chunked forward kernel
+    assert {p.bwd_branch for p in plans} == set(launch.BACKWARD_BRANCHES)  # whole rows; row statistics, looped
+
+
+@pytest.mark.parametrize(
+    "shape, dtype, mode",
+    grid(
+        [(s, d, m) for s, d in BRANCH_CASES for m in ("llama", "gemma")],
+        {(*c, m) for c in KERNEL_CASES for m in ("llama", "gemma")},
+    ),
+    ids=str,
+)
 def test_numerics_modes_match_their_oracle_in_every_branch(shape, dtype, mode, device):
     x, gamma, dy = make_inputs(shape, dtype, device)
     if mode == "gemma":
@@ -196,15 +261,40 @@ def test_backward_with_dgamma_partials_is_bitwise_deterministic(shape, dtype, de
         assert torch.equal(a, b)
 
 
+@pytest.mark.gpu
 def test_float32_dgamma_of_many_narrow_rows_stays_within_float32_tolerance(device):
     """131072 rows of 256: the most rows a narrow sweep point of float32 sums. Float32 running sums per
-    tile element (what 16-bit x takes) put this dgamma 2.7x past float32's tolerance under the
-    interpreter, 1.4x on an H200; the float64 sum per tile stays within it. (16-bit x: its dgamma rounds
-    to the same values either way at these rows.)"""
+    tile element (what 16-bit x takes) put this dgamma past float32's tolerance; the float64 sum per tile
+    stays within it. (16-bit x: its dgamma rounds to the same values either way at these rows.) The same
+    claim at a size the interpreter runs: the test below."""
     x, gamma, dy = make_inputs((131072, 256), torch.float32, device)
     _, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6)
     c = compare(dgamma, oracle(x, gamma, dy)[2])
     assert c.ok, f"max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} over {c.tolerance}"
+
+
+def test_float32_dgamma_is_summed_across_tiles_in_float64_where_float32_sums_drift(device):
+    """Rows whose dgamma terms cancel: the second half repeats the first with dy negated (times 16, a
+    power of two: exact), so the exact dgamma is 0 while each program's running sum grows over its first
+    16 tiles and cancels over its last 16. Four programs of 32 tiles each (the plan for 2
+    multiprocessors, on any device). The float64 sum across tiles that float32 x takes lands within
+    float32's tolerance of the oracle; float32 running sums per tile element (what 16-bit x takes), on the
+    same rows, do not."""
+    half, n = 1024, 256
+    x, gamma, dy = make_inputs((half, n), torch.float32, device)
+    x, dy = torch.cat([x, x]), torch.cat([16 * dy, -16 * dy])
+    p = launch.plan(2 * half, n, launch.INTERPRETER)
+    assert not p.bwd_rowwise_dgamma and not launch.plan_for(x, gamma).bwd_rowwise_dgamma
+    assert triton.cdiv(2 * half, p.bwd_block_m) >= 32 * p.partial_rows
+    want = oracle(x, gamma, dy)[2]
+    calls = counters.calls(torch.device(device))
+    _, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, calls, p)
+    c = compare(dgamma, want)
+    assert c.ok, f"max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} over {c.tolerance}"
+    _, float32_sums = kernels.rmsnorm_backward(
+        dy, x, gamma, 1e-6, calls, dataclasses.replace(p, bwd_rowwise_dgamma=True)
+    )
+    assert not compare(float32_sums, want).ok
 
 
 def test_backward_accepts_a_broadcast_upstream_gradient(device):
@@ -465,9 +555,16 @@ def assert_residual_matches_oracle(x, residual, gamma, dy, dh, mode="torch", **k
     return got
 
 
-@pytest.mark.parametrize("residual_in_fp32", [False, True], ids=["h_in_x_dtype", "h_in_fp32"])
-@pytest.mark.parametrize("shape, dtype", BRANCH_CASES, ids=str)
-def test_residual_add_matches_its_oracle_in_every_branch(shape, dtype, residual_in_fp32, device):
+@pytest.mark.parametrize(
+    "shape, dtype, h",
+    grid(
+        [(s, d, h) for s, d in BRANCH_CASES for h in ("h_in_x_dtype", "h_in_fp32")],
+        {(*c, h) for c in [*KERNEL_CASES, ((2, 16384), BF16)] for h in ("h_in_x_dtype", "h_in_fp32")},
+    ),
+    ids=str,
+)
+def test_residual_add_matches_its_oracle_in_every_branch(shape, dtype, h, device):
+    residual_in_fp32 = h == "h_in_fp32"
     x, gamma, dy = make_inputs(shape, dtype, device)
     residual, _, dh = make_inputs(shape, dtype, device, seed=1)
     _, h, _, _, _ = assert_residual_matches_oracle(x, residual, gamma, dy, dh, residual_in_fp32=residual_in_fp32)

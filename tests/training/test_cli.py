@@ -257,17 +257,19 @@ REFUSED = f"rmsnorm (triton): x has rows of N = {MAX_N + 1} elements; accepted: 
 
 
 def test_a_triton_run_where_every_step_fell_back_fails_naming_the_count_and_the_reason(tmp_path, capsys):
-    code, line = exits(tmp_path, capsys, f"model.hidden_dim={MAX_N + 1}", "norm.fallback=reference")
+    code, line = exits(
+        tmp_path, capsys, f"model.hidden_dim={MAX_N + 1}", "norm.fallback=reference", "trainer.max_steps=2"
+    )
     assert code == 1
     assert line == (
-        "train.py: check failed: integration: no training step ran on Triton: 4 of 4 norm calls in 4 steps fell "
+        "train.py: check failed: integration: no training step ran on Triton: 2 of 2 norm calls in 2 steps fell "
         f"back to the reference (first reason: {REFUSED})"
     )
 
 
 def test_the_reference_path_runs_at_a_shape_the_triton_contract_refuses_and_parity_says_it_skipped(tmp_path, capsys):
-    result = main(tmp_path, "norm=reference", f"model.hidden_dim={MAX_N + 1}")
-    assert result.ok and result.steps == 4
+    result = main(tmp_path, "norm=reference", f"model.hidden_dim={MAX_N + 1}", "trainer.max_steps=2")
+    assert result.ok and result.steps == 2
     assert result.parity_skipped == f"the Triton contract refuses this shape ({REFUSED})"
     assert result.metrics["parity/initial_output_err"] is None  # nothing was compared
     assert f"  initial parity: skipped: the Triton contract refuses this shape ({REFUSED})" in capsys.readouterr().out

@@ -95,7 +95,9 @@ def assert_same_training(whole, resumed, impl, steps):
     assert sa["val/mse"] == sb["val/mse"] and sa["test/mse"] == sb["test/mse"]
 
 
-@pytest.mark.parametrize("impl", ["reference", "triton"])
+# The Triton path's in-process case runs with -m slow: its resumes are tested by default below (a crash
+# after a validation step, after the last step, a signal before a validation pass).
+@pytest.mark.parametrize("impl", ["reference", pytest.param("triton", marks=pytest.mark.slow)])
 def test_run_crashed_mid_epoch_and_resumed_ends_bit_identical(tmp_path, monkeypatch, impl):
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     straight = train(whole, f"norm={impl}", *RESUMABLE)

@@ -305,11 +305,12 @@ def test_the_three_path_command_on_its_default_schedule_passes_its_checks(tmp_pa
 
 
 def test_a_run_validates_at_its_last_step_and_so_does_its_continuation(tmp_path):
-    # validation every 2 steps; 3 and 5 steps are not multiples of it
-    assert train(tmp_path, "trainer.max_steps=3").ok
-    assert [step for step, _ in scalars_of(tmp_path, "triton")["val/mse"]] == [1, 2]
-    assert train(tmp_path, "trainer.max_steps=5", "ckpt_path=last").ok  # extends the ended run: a branch
-    branch = read_scalars(tmp_path / "runs/triton_seed0/version_1")
+    # validation every 2 steps; 3 and 5 steps are not multiples of it (the schedule does not depend on
+    # the norm's path: the reference path)
+    assert train(tmp_path, "norm=reference", "trainer.max_steps=3").ok
+    assert [step for step, _ in scalars_of(tmp_path, "reference")["val/mse"]] == [1, 2]
+    assert train(tmp_path, "norm=reference", "trainer.max_steps=5", "ckpt_path=last").ok  # a branch of the ended run
+    branch = read_scalars(tmp_path / "runs/reference_seed0/version_1")
     assert [step for step, _ in branch["val/mse"]] == [3, 4]
 
 
