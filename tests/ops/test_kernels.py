@@ -287,8 +287,7 @@ def test_float32_dgamma_is_summed_across_tiles_in_float64_where_float32_sums_dri
     assert not p.bwd_rowwise_dgamma and not launch.plan_for(x, gamma).bwd_rowwise_dgamma
     assert triton.cdiv(2 * half, p.bwd_block_m) >= 32 * p.partial_rows
     want = oracle(x, gamma, dy)[2]
-    calls = counters.calls(torch.device(device))
-    _, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, calls, p)
+    _, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, p)
     c = compare(dgamma, want)
     assert c.ok, f"max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} over {c.tolerance}"
     _, float32_sums = kernels.rmsnorm_backward(

@@ -63,9 +63,8 @@ def _allocate(device: str) -> bool:
 
 
 def counts_for(device: torch.device) -> Tensor | None:
-    """The counts of ``device`` while counting is on, else None (nothing to count into). A program that
-    torch.export saves never counts: the counts belong to this process."""
-    if not _enabled or torch.compiler.is_exporting():
+    """The counts of ``device`` while counting is on, else None (nothing to count into)."""
+    if not _enabled:
         return None
     key = str(device)
     _allocate(key)

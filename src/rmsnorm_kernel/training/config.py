@@ -5,8 +5,7 @@ It is registered in Hydra's ConfigStore as ``base_config``; ``conf/config.yaml``
 in its defaults, so every value from a YAML file or the command line is checked against these types
 when Hydra composes the configuration (a string for ``trainer.max_steps`` fails there, naming the key).
 Ranges (a negative step count, a zero batch size, a NaN, a seed numpy refuses, an eps float32 cannot
-hold, splits too small for the processes, a path longer than the file system allows, a norm wider than
-the Triton contract's ``MAX_N``, a network whose training state does not fit in memory) are checked by
+hold, splits too small for the processes, a path longer than the file system allows, a network whose training state does not fit in memory) are checked by
 ``validate`` before any work starts.
 """
 
@@ -23,7 +22,6 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from ..ops.contract import MAX_N
 from ..ops.impls import FALLBACKS, IMPLS
 from .paths import project_path
 
@@ -289,12 +287,6 @@ def check_model(cfg: DictConfig) -> dict[str, int]:
         accepted = "a number >= 0 with model.kind mlp" if kind == "mlp" else f"null with model.kind {kind}"
         raise ConfigError(f"data.noise is {noise}; accepted: {accepted}")
     sizes = {f"model.{key}": cfg.model[key] for key in MODEL_KINDS[kind] if key != "qk_norm"}
-    width_key = "model.hidden_dim" if kind == "mlp" else "model.dim"  # the rows of every norm (q/k norm: narrower)
-    if sizes[width_key] > MAX_N:
-        raise ConfigError(
-            f"{width_key} is {sizes[width_key]}; accepted: an integer from 1 to {MAX_N}, the longest row the Triton "
-            "path's norms take (every run checks that path against the reference)"
-        )
     if kind == "transformer":
         dim, heads = cfg.model.dim, cfg.model.heads
         if heads >= 1 and dim >= 1 and (dim % heads or (dim // heads) % 2):
