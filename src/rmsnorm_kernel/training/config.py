@@ -5,7 +5,8 @@ It is registered in Hydra's ConfigStore as ``base_config``; ``conf/config.yaml``
 in its defaults, so every value from a YAML file or the command line is checked against these types
 when Hydra composes the configuration (a string for ``trainer.max_steps`` fails there, naming the key).
 Ranges (a negative step count, a zero batch size, a NaN, a seed numpy refuses, an eps float32 cannot
-hold, splits too small for the processes, a path longer than the file system allows, a network whose training state does not fit in memory) are checked by
+hold, splits too small for the processes, a path longer than the file system allows, a network whose
+training state does not fit in memory) are checked by
 ``validate`` before any work starts.
 """
 
