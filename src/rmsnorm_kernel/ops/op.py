@@ -291,6 +291,20 @@ class _RMSNormFunction(torch.autograd.Function):
         return rmsnorm(x, gamma, eps, activation, mode), x_dim  # checks the layout the kernels will read
 
 
+class _RMSNormEager(torch.autograd.Function):
+    """``_RMSNormFunction`` in the old style (``forward`` takes ``ctx``), for plain tensors outside torch.func:
+    torch's ``apply`` binds a new-style Function's arguments with ``inspect.signature`` on every call, which
+    costs more host time than a small norm's kernels. torch.func needs the new style, and gets it."""
+
+    @staticmethod
+    def forward(ctx, x, gamma, eps, activation, mode, plan, counts):
+        y = _RMSNormFunction.forward(x, gamma, eps, activation, mode, plan, counts)
+        _RMSNormFunction.setup_context(ctx, (x, gamma, eps, activation, mode, plan, counts), y)
+        return y
+
+    backward = _RMSNormFunction.backward
+
+
 class _RMSNormBackward(torch.autograd.Function):
     """(dx, dgamma) from the backward kernels under torch.func (see ``_RMSNormFunction.backward``), counted
     per launch: under ``vmap`` (``jacrev``) the rule below launches once per sample."""
@@ -363,6 +377,19 @@ class _AddRMSNormFunction(torch.autograd.Function):
         return rmsnorm(xs, gamma, eps, activation, mode, residual=rs, **kwargs), (0, 0)
 
 
+class _AddRMSNormEager(torch.autograd.Function):
+    """``_AddRMSNormFunction`` in the old style, as ``_RMSNormEager`` is ``_RMSNormFunction``."""
+
+    @staticmethod
+    def forward(ctx, x, residual, gamma, eps, activation, mode, residual_in_fp32, counts):
+        inputs = (x, residual, gamma, eps, activation, mode, residual_in_fp32, counts)
+        outputs = _AddRMSNormFunction.forward(*inputs)
+        _AddRMSNormFunction.setup_context(ctx, inputs, outputs)
+        return outputs
+
+    backward = _AddRMSNormFunction.backward
+
+
 def _add_rmsnorm(x, residual, gamma, eps, activation, mode, residual_in_fp32) -> tuple[Tensor, Tensor]:
     """``rmsnorm`` with a residual, after its checks of x, gamma, eps, activation and mode."""
     check_residual(x, residual, residual_in_fp32)
@@ -375,7 +402,14 @@ def _add_rmsnorm(x, residual, gamma, eps, activation, mode, residual_in_fp32) ->
     if not gamma.is_contiguous():
         gamma = gamma.contiguous()
     counts = counters.counts_for(x.device) if x.numel() else None
-    return _AddRMSNormFunction.apply(x, residual, gamma, eps, activation, mode, residual_in_fp32, counts)
+    args = (x, residual, gamma, eps, activation, mode, residual_in_fp32, counts)
+    if not (_readable(x) and _readable(residual)):
+        return _AddRMSNormFunction.apply(*args)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, residual, gamma)):
+        return _AddRMSNormEager.apply(*args)
+    outputs = _forward(x, gamma, eps, activation, mode, residual=residual, residual_in_fp32=residual_in_fp32)
+    _count(counts, counters.FORWARD)
+    return outputs
 
 
 _PLAIN = (Tensor, torch.nn.Parameter)
@@ -482,10 +516,12 @@ def rmsnorm(
     if not gamma.is_contiguous():
         gamma = gamma.contiguous()
     counts = counters.counts_for(x.device) if x.numel() else None
-    if torch.is_grad_enabled() and (x.requires_grad or gamma.requires_grad) or not (_readable(x) and _readable(gamma)):
+    if not (_readable(x) and _readable(gamma)):
         # torch.func's wrappers (vmap's, grad's) have no data to plan for: the Function's rules unwrap them
-        plan = _plan(x, gamma) if _readable(x) and not _through_op(x, gamma) else None
-        return _RMSNormFunction.apply(x, gamma, eps, activation, mode, plan, counts)
+        return _RMSNormFunction.apply(x, gamma, eps, activation, mode, None, counts)
+    if torch.is_grad_enabled() and (x.requires_grad or gamma.requires_grad):
+        plan = None if _through_op(x, gamma) else _plan(x, gamma)
+        return _RMSNormEager.apply(x, gamma, eps, activation, mode, plan, counts)
     y = _forward(x, gamma, eps, activation, mode)
     _count(counts, counters.FORWARD)
     return y
