@@ -1,16 +1,18 @@
-"""Host time per call of the Triton path's public pieces at a small shape, against ``F.rms_norm``.
+"""Host time per eager call of each RMSNorm path, against its native counterpart, at a host-bound shape.
 
-At 128x257 float32 the GPU work of a call takes a few microseconds; what a caller waits for is the host
-issuing it (argument checks, allocation, the launch, autograd). Each piece is called ``--calls`` times
-back to back between two synchronisations, ``--repeats`` times; the table gives the median per call of
-the host time to issue the calls (``time.perf_counter`` before the closing synchronisation) and of the
-wall time until the GPU is done (after it). The calls are the benchmark's own (``impls.make_call``);
-``autograd.grad of x * gamma`` is the floor that PyTorch's autograd engine puts under any forward +
-backward, one C++ op. The loop is its own rather than ``timing.event_samples``: it reads the wall clock
-around a synchronisation, which also runs on the CPU (the tests run it there), where CUDA events do not
-exist.
+At 64 x 1024 bfloat16 the GPU work of a call takes a few microseconds; what a caller waits for is the host
+issuing it (argument checks, allocation, the launches, autograd). Each path is timed in three forms:
+forward under ``torch.no_grad()``, forward with inputs that require grad, and forward + backward
+(``torch.autograd.backward`` of the output with a fixed gradient). Each is called ``--calls`` times back
+to back between two synchronisations, ``--repeats`` times; the table gives the median host time per call
+to issue them (``time.perf_counter`` before the closing synchronisation) and, beside each Triton path,
+its ratio to its native counterpart: ``rmsnorm`` to ``F.rms_norm``, the ``RMSNorm`` module to
+``torch.nn.RMSNorm``, ``rmsnorm(..., residual=r)`` to the add plus ``F.rms_norm``. An
+``autograd.Function`` that does nothing is the floor any custom op pays; Liger's is the other Triton peer
+(when installed). The loop is its own rather than ``timing.event_samples``: it reads the wall clock around
+a synchronisation, which also runs on the CPU (the tests run it there), where CUDA events do not exist.
 
-    python -m benchmarks.host_time [--json host_time.json] [--calls N] [--repeats N]
+    python -m benchmarks.host_time [--json outputs/host_time.json] [--calls N] [--repeats N]
 
 Needs a CUDA GPU: without one it exits 2.
 """
@@ -26,53 +28,102 @@ from pathlib import Path
 import torch
 
 from rmsnorm_kernel.checks.report import format_table
-from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.testing import make_inputs
 
 from .common import INTERPRETED, OneLineParser, at_least, cannot_start, keep_earlier_run, run_interruptible, write_json
-from .impls import EPS, FWD, FWD_BWD, make_call, make_impl, versions
+from .impls import EPS, make_impl, versions
 
 
-def pieces(x: torch.Tensor, gamma: torch.Tensor, dy: torch.Tensor) -> dict[str, Callable[[], object]]:
-    """The calls timed, by name."""
-    triton_fn = make_impl("triton", x.device.type)
-    torch_fn = make_impl("F.rms_norm", x.device.type)
-    return {
-        "rmsnorm fwd": make_call(FWD, triton_fn, x, gamma, dy),
-        "rmsnorm fwd+bwd": make_call(FWD_BWD, triton_fn, x, gamma, dy),
-        "kernels.rmsnorm_forward": lambda: kernels.rmsnorm_forward(x, gamma, EPS),
-        "kernels.rmsnorm_backward": lambda: kernels.rmsnorm_backward(dy, x, gamma, EPS),
-        "F.rms_norm fwd": make_call(FWD, torch_fn, x, gamma, dy),
-        "F.rms_norm fwd+bwd": make_call(FWD_BWD, torch_fn, x, gamma, dy),
-        "autograd.grad of x * gamma": make_call(FWD_BWD, lambda a, g: a * g, x, gamma, dy),
+class _Nothing(torch.autograd.Function):
+    """The floor: an autograd.Function that returns its input and passes the gradient back."""
+
+    @staticmethod
+    def forward(ctx, x, gamma):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy, None
+
+
+#: (path, its native counterpart or None): the ratio column compares each Triton path with it
+PAIRS = {
+    "rmsnorm": "F.rms_norm",
+    "RMSNorm module": "torch.nn.RMSNorm",
+    "rmsnorm(residual=r)": "r + x, F.rms_norm",
+}
+FORMS = ("forward, no grad", "forward", "forward + backward")
+
+
+def paths(n: int, dtype: torch.dtype, device: str, residual: torch.Tensor) -> dict[str, Callable]:
+    """Each path as ``f(x, gamma) -> y``."""
+    from rmsnorm_kernel import RMSNorm, rmsnorm
+
+    module = RMSNorm(n, eps=EPS, device=device, dtype=dtype)
+    native_module = torch.nn.RMSNorm(n, eps=EPS, device=device, dtype=dtype)
+    out = {
+        "F.rms_norm": lambda x, g: torch.nn.functional.rms_norm(x, (n,), g, EPS),
+        "rmsnorm": lambda x, g: rmsnorm(x, g, EPS),
+        "torch.nn.RMSNorm": lambda x, g: native_module(x),
+        "RMSNorm module": lambda x, g: module(x),
+        "r + x, F.rms_norm": lambda x, g: torch.nn.functional.rms_norm(x + residual, (n,), g, EPS),
+        "rmsnorm(residual=r)": lambda x, g: rmsnorm(x, g, EPS, residual=residual)[0],
+        "autograd.Function doing nothing": _Nothing.apply,
     }
+    liger = make_impl("liger", device)
+    if liger is not None:
+        out["Liger"] = liger
+    return out
 
 
 def host_times(
-    device: str = "cuda", m: int = 128, n: int = 257, calls: int = 300, repeats: int = 5, warmup: int = 20
+    device: str = "cuda", m: int = 64, n: int = 1024, calls: int = 300, repeats: int = 5, warmup: int = 20
 ) -> dict[str, dict[str, float]]:
-    """{piece: {"host_us": ..., "wall_us": ...}}: medians over ``repeats`` of the per-call times of
-    ``calls`` back-to-back calls."""
-    x, gamma, dy = make_inputs((m, n), torch.float32, device)
+    """{path: {form: host microseconds per call}}: medians over ``repeats`` of ``calls`` back-to-back
+    calls, in bfloat16 on a GPU and float32 on the CPU."""
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    x, gamma, dy = make_inputs((m, n), dtype, device)
+    residual = make_inputs((m, n), dtype, device, seed=1)[0].requires_grad_()
+    x_grad, gamma_grad = x.clone().requires_grad_(), gamma.clone().requires_grad_()
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     out = {}
-    for name, fn in pieces(x, gamma, dy).items():
-        for _ in range(warmup):
-            fn()
-        sync()
-        host, wall = [], []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            t1 = time.perf_counter()
-            sync()
-            t2 = time.perf_counter()
-            host.append((t1 - t0) / calls)
-            wall.append((t2 - t0) / calls)
-        out[name] = {"host_us": statistics.median(host) * 1e6, "wall_us": statistics.median(wall) * 1e6}
+    for name, fn in paths(n, dtype, device, residual).items():
+
+        def no_grad(fn=fn):
+            with torch.no_grad():
+                fn(x, gamma)
+
+        def backward(fn=fn):
+            torch.autograd.backward(fn(x_grad, gamma_grad), dy)
+
+        calls_of = {FORMS[0]: no_grad, FORMS[1]: lambda fn=fn: fn(x_grad, gamma_grad), FORMS[2]: backward}
+        out[name] = {form: _per_call(call, sync, calls, repeats, warmup) for form, call in calls_of.items()}
     return out
+
+
+def _per_call(call: Callable[[], object], sync: Callable, calls: int, repeats: int, warmup: int) -> float:
+    for _ in range(warmup):
+        call()
+    sync()
+    host = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            call()
+        host.append((time.perf_counter() - t0) / calls)
+        sync()
+    return statistics.median(host) * 1e6
+
+
+def table_rows(times: dict[str, dict[str, float]]) -> list[tuple[str, ...]]:
+    """One row a path: its three host times, each with its ratio to the native counterpart's."""
+    rows = []
+    for name, t in times.items():
+        native = times.get(PAIRS.get(name, ""))
+        cells = [f"{t[f]:.1f}" + (f" ({t[f] / native[f]:.2f}x)" if native else "") for f in FORMS]
+        rows.append((name, *cells))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,26 +143,20 @@ def run(args) -> int:
     """The command, on parsed arguments; every argument is checked before any work."""
     if (refused := cannot_start("host_time", args.json, backend() == CUDA, INTERPRETED)) is not None:
         return refused
-    m, n = 128, 257
+    m, n = 64, 1024
     times = host_times("cuda", m, n, args.calls, args.repeats)
     v = versions()
     print(
-        f"host time per call at {m}x{n} float32 on {torch.cuda.get_device_name()}: "
-        f"torch {v['torch']}, triton {v['triton']}"
+        f"host us per eager call at {m}x{n} bfloat16 on {torch.cuda.get_device_name()} "
+        f"(x native counterpart's): torch {v['torch']}, triton {v['triton']}"
     )
-    print(
-        format_table(
-            ("piece", "host us", "wall us"),
-            [(name, f"{t['host_us']:.1f}", f"{t['wall_us']:.1f}") for name, t in times.items()],
-            right=(1, 2),
-        )
-    )
+    print(format_table(("path", *FORMS), table_rows(times), right=(1, 2, 3)))
     if args.json is not None:
         data = dict(
             device=torch.cuda.get_device_name(),
             **v,
             shape=[m, n],
-            dtype="float32",
+            dtype="bfloat16",
             calls=args.calls,
             repeats=args.repeats,
             statistic="median",
