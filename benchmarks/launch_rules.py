@@ -37,7 +37,7 @@ import torch
 import triton
 from triton.testing import do_bench
 
-from rmsnorm_kernel.ops import kernels, launch
+from rmsnorm_kernel.ops import launch, launchers
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.tolerances import compare
@@ -122,11 +122,11 @@ def run_item(kind: str, dtype_name: str, n: int, device: str, bench, x_bytes_tot
     copy_ms = bench(lambda: copy_out.copy_(x))
     if kind == "fwd":
         variants = forward_variants(base, rows)
-        run = lambda p: (kernels.rmsnorm_forward(x, gamma, EPS, p),)  # noqa: E731
+        run = lambda p: (launchers.rmsnorm_forward(x, gamma, EPS, p),)  # noqa: E731
         units = 1.0
     else:
         variants = backward_variants(base, rows, n, dtype.itemsize, gpu)
-        run = lambda p: kernels.rmsnorm_backward(dy, x, gamma, EPS, p)  # noqa: E731
+        run = lambda p: launchers.rmsnorm_backward(dy, x, gamma, EPS, p)  # noqa: E731
         units = 1.5
     expected = run(base)
     for name, p in variants.items():

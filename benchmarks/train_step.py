@@ -246,10 +246,10 @@ def device_activity(events) -> list[tuple[str, float]]:
 
 
 def project_kernels() -> tuple[str, ...]:
-    """The names of the Triton path's kernels, as ``kernels.py`` lists them."""
-    from rmsnorm_kernel.ops import kernels
+    """The names of the Triton path's kernels, as ``launchers.py`` lists them."""
+    from rmsnorm_kernel.ops import launchers
 
-    return kernels.FORWARD_KERNELS + kernels.BACKWARD_KERNELS
+    return launchers.FORWARD_KERNELS + launchers.BACKWARD_KERNELS
 
 
 def norm_kernel(name: str, own: Iterable[str]) -> str | None:

@@ -8,7 +8,7 @@ import torch
 import triton
 
 from rmsnorm_kernel import call_counts, oracle, rmsnorm, rmsnorm_reference
-from rmsnorm_kernel.ops import kernels, launch
+from rmsnorm_kernel.ops import kernels, launch, launchers
 from rmsnorm_kernel.ops.reference import add_oracle, manual_backward
 from rmsnorm_kernel.ops.tolerances import TOLERANCES, compare, tolerance_dtype
 from rmsnorm_kernel.testing import make_inputs
@@ -268,7 +268,7 @@ def test_float32_dgamma_of_many_narrow_rows_stays_within_float32_tolerance(devic
     stays within it. (16-bit x: its dgamma rounds to the same values either way at these rows.) The same
     claim at a size the interpreter runs: the test below."""
     x, gamma, dy = make_inputs((131072, 256), torch.float32, device)
-    _, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6)
+    _, dgamma = launchers.rmsnorm_backward(dy, x, gamma, 1e-6)
     c = compare(dgamma, oracle(x, gamma, dy)[2])
     assert c.ok, f"max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} over {c.tolerance}"
 
@@ -287,10 +287,10 @@ def test_float32_dgamma_is_summed_across_tiles_in_float64_where_float32_sums_dri
     assert not p.bwd_rowwise_dgamma and not launch.plan_for(x, gamma).bwd_rowwise_dgamma
     assert triton.cdiv(2 * half, p.bwd_block_m) >= 32 * p.partial_rows
     want = oracle(x, gamma, dy)[2]
-    _, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, p)
+    _, dgamma = launchers.rmsnorm_backward(dy, x, gamma, 1e-6, p)
     c = compare(dgamma, want)
     assert c.ok, f"max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} over {c.tolerance}"
-    _, float32_sums = kernels.rmsnorm_backward(dy, x, gamma, 1e-6, dataclasses.replace(p, bwd_rowwise_dgamma=True))
+    _, float32_sums = launchers.rmsnorm_backward(dy, x, gamma, 1e-6, dataclasses.replace(p, bwd_rowwise_dgamma=True))
     assert not compare(float32_sums, want).ok
 
 
@@ -384,8 +384,8 @@ def test_kernels_are_told_the_vector_width_every_row_of_x_and_dy_allows(device, 
     spies = {name: _LaunchSpy(getattr(kernels, name)) for name in ("_rmsnorm_fwd_kernel", "_rmsnorm_bwd_kernel")}
     for name, spy in spies.items():
         monkeypatch.setattr(kernels, name, spy)
-    y = kernels.rmsnorm_forward(x, gamma, 1e-6)
-    dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6)
+    y = launchers.rmsnorm_forward(x, gamma, 1e-6)
+    dx, dgamma = launchers.rmsnorm_backward(dy, x, gamma, 1e-6)
     assert spies["_rmsnorm_fwd_kernel"].constants[0]["VEC"] == 4  # x's rows are 1004 elements apart
     assert spies["_rmsnorm_bwd_kernel"].constants[0]["VEC"] == 2
     for got, want in zip((y, dx, dgamma), oracle(x, gamma, dy)):
@@ -424,7 +424,7 @@ def test_a_plan_made_for_another_layout_still_launches_at_the_given_tensors_vect
     p = launch.plan_for(x, gamma)  # contiguous rows: 8 elements a load
     wide = torch.zeros(6, 1001, dtype=x.dtype, device=x.device)
     wide[:, :1000] = x
-    y = kernels.rmsnorm_forward(wide[:, :1000], gamma, 1e-6, p)
+    y = launchers.rmsnorm_forward(wide[:, :1000], gamma, 1e-6, p)
     assert p.vec == 8 and spy.constants[0]["VEC"] == 1
     assert compare(y, oracle(x, gamma, dy)[0]).ok
 
@@ -445,7 +445,7 @@ def test_any_strides_give_the_oracles_result(name, device):
     take, base_shape = STRIDED[name]
     base, _, _ = make_inputs(base_shape, torch.float32, device)
     x = take(base)
-    assert not kernels.rows_at_one_stride(x)
+    assert not launchers.rows_at_one_stride(x)
     n = x.shape[-1]
     gamma = make_inputs((1, n), torch.float32, device, seed=2)[0][0].contiguous()
     dy = make_inputs(tuple(x.shape), torch.float32, device, seed=3)[0]
@@ -472,9 +472,9 @@ def test_a_non_contiguous_gamma_is_read_through_a_copy(device):
 
 def test_rows_at_one_stride_reads_slices_and_contiguous_tensors_in_place(device):
     base, _, _ = make_inputs((4, 6, 40), torch.float32, device)
-    assert kernels.rows_at_one_stride(base) and kernels.rows_at_one_stride(base[..., :33])
-    assert kernels.rows_at_one_stride(base[1:3]) and kernels.rows_at_one_stride(base[:, 2])
-    assert kernels.as_rows(base[..., :33], 33).data_ptr() == base.data_ptr()  # a view, no copy
+    assert launchers.rows_at_one_stride(base) and launchers.rows_at_one_stride(base[..., :33])
+    assert launchers.rows_at_one_stride(base[1:3]) and launchers.rows_at_one_stride(base[:, 2])
+    assert launchers.as_rows(base[..., :33], 33).data_ptr() == base.data_ptr()  # a view, no copy
 
 
 def test_three_dimensional_slice_with_one_row_stride(device):
@@ -499,8 +499,8 @@ def test_launchers_return_empty_y_and_dx_and_zero_dgamma_for_x_without_rows_with
     dy = torch.randn(3, 0, n, device=device, dtype=torch.bfloat16)
     gamma = torch.full((n,), 2.0, device=device)  # float32: the mixed-precision pair
     with kernel_launches_forbidden():
-        y = kernels.rmsnorm_forward(x, gamma, 1e-6)
-        dx, dgamma = kernels.rmsnorm_backward(dy, x, gamma, 1e-6)
+        y = launchers.rmsnorm_forward(x, gamma, 1e-6)
+        dx, dgamma = launchers.rmsnorm_backward(dy, x, gamma, 1e-6)
     assert (y.shape, y.dtype, dx.shape, dx.dtype) == (x.shape, x.dtype, x.shape, x.dtype)
     assert dgamma.dtype == torch.float32 and torch.equal(dgamma, torch.zeros(n, device=device))
 
@@ -528,7 +528,7 @@ def test_tensor_over_2_31_elements(device):
 
 
 def test_the_named_kernels_of_each_direction_are_the_kernels_module_defines():
-    names = kernels.FORWARD_KERNELS + kernels.BACKWARD_KERNELS
+    names = launchers.FORWARD_KERNELS + launchers.BACKWARD_KERNELS
     assert all(hasattr(getattr(kernels, name), "run") for name in names)
     defined = {name for name in vars(kernels) if name.startswith("_") and name.endswith("_kernel")}
     assert set(names) == defined

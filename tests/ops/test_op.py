@@ -6,7 +6,7 @@ import torch
 
 import rmsnorm_kernel
 from rmsnorm_kernel import RMSNorm, call_counts, reset_call_counts, rmsnorm, rmsnorm_reference
-from rmsnorm_kernel.ops import kernels
+from rmsnorm_kernel.ops import launchers
 from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.ops.reference import DEFAULT_EPS
 from rmsnorm_kernel.ops.tolerances import compare
@@ -121,8 +121,8 @@ def test_compiled_code_launches_the_kernels_without_this_packages_python(device,
     step(x).backward()  # traces, plans and compiles
     python_calls = []
     for name in ("rmsnorm_forward", "rmsnorm_backward"):
-        launcher = getattr(kernels, name)
-        monkeypatch.setattr(kernels, name, lambda *a, _f=launcher, **k: python_calls.append(1) or _f(*a, **k))
+        launcher = getattr(launchers, name)
+        monkeypatch.setattr(launchers, name, lambda *a, _f=launcher, **k: python_calls.append(1) or _f(*a, **k))
     net.zero_grad(set_to_none=True)
     reset_call_counts()
     for _ in range(3):
@@ -223,7 +223,7 @@ def test_torch_compile_fullgraph_of_an_x_without_rows_gives_an_empty_y_and_a_zer
     reached = []
 
     def spy(name):
-        real = getattr(kernels, name)
+        real = getattr(launchers, name)
 
         def launcher(*args, **kwargs):
             reached.append(name)
@@ -232,7 +232,7 @@ def test_torch_compile_fullgraph_of_an_x_without_rows_gives_an_empty_y_and_a_zer
         return launcher
 
     for name in ("rmsnorm_forward", "rmsnorm_backward"):
-        monkeypatch.setattr(kernels, name, spy(name))
+        monkeypatch.setattr(launchers, name, spy(name))
     torch.compiler.reset()
     norm = RMSNorm(33, impl=impl).to(device)
     with torch.no_grad():

@@ -7,7 +7,7 @@ import torch
 from torch.func import grad, jacrev, vjp, vmap
 
 from rmsnorm_kernel import call_counts, rmsnorm, rmsnorm_reference
-from rmsnorm_kernel.ops import kernels, op
+from rmsnorm_kernel.ops import launchers, op
 from rmsnorm_kernel.ops.tolerances import compare
 from rmsnorm_kernel.testing import make_inputs
 
@@ -154,7 +154,7 @@ def test_autograd_through_vmap_gives_the_references_gradients(device):
 def test_eager_forward_and_backward_share_one_launch_plan(device, monkeypatch):
     """The plan is made once, in the forward's call, and kept for the backward (ctx.plan)."""
     made = []
-    for module in (op, kernels):
+    for module in (op, launchers):
         real = module.plan_for
         monkeypatch.setattr(module, "plan_for", lambda *a, _real=real, **k: made.append(1) or _real(*a, **k))
     x, gamma, dy = make_inputs((6, 40), torch.float32, device)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rmsnorm_kernel import rmsnorm, rmsnorm_reference
-from rmsnorm_kernel.ops import kernels
+from rmsnorm_kernel.ops import kernels, launchers
 from rmsnorm_kernel.ops.tolerances import compare
 from rmsnorm_kernel.testing import KernelLaunched, kernel_launches_forbidden, make_inputs
 
@@ -21,7 +21,7 @@ def jit_kernels_in_source() -> set[str]:
 
 def test_tripwire_replaces_every_triton_kernel_of_ops_kernels_and_restores_them():
     expected = jit_kernels_in_source()
-    assert expected >= {*kernels.FORWARD_KERNELS, *kernels.BACKWARD_KERNELS}  # the file was read right
+    assert expected >= {*launchers.FORWARD_KERNELS, *launchers.BACKWARD_KERNELS}  # the file was read right
     before = dict(vars(kernels))
     with kernel_launches_forbidden() as replaced:
         assert set(replaced) == expected

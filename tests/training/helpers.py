@@ -129,7 +129,7 @@ def files_under(root) -> dict:
 
 
 def block_mean_forward(x, gamma, eps, *_, activation=None, **__):
-    """A stand-in for ``ops.kernels.rmsnorm_forward`` with the divide-by-BLOCK defect (wrong at N = 257);
+    """A stand-in for ``ops.launchers.rmsnorm_forward`` with the divide-by-BLOCK defect (wrong at N = 257);
     it ignores the call counter and any further launch arguments."""
     return forward_block_mean(x, gamma, eps, activation)
 

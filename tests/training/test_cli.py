@@ -13,7 +13,7 @@ import pytest
 import torch
 from hydra.types import RunMode
 
-from rmsnorm_kernel.ops import kernels
+from rmsnorm_kernel.ops import launchers
 from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.training import cli
@@ -58,7 +58,7 @@ def test_a_bad_value_exits_2_before_any_work(tmp_path, capsys, override, message
 def test_a_kernel_that_drifts_mid_run_stops_it_at_the_parity_step_with_one_line(tmp_path, capsys, monkeypatch):
     # correct for the first three backward calls (parity at step 0, training steps 0 and 1), then the
     # forward divides by BLOCK: the parity check at step 2 (every 2 steps on the tiny schedule) catches it
-    backward, forward, done = kernels.rmsnorm_backward, kernels.rmsnorm_forward, []
+    backward, forward, done = launchers.rmsnorm_backward, launchers.rmsnorm_forward, []
 
     def counted_backward(*args, **kwargs):
         done.append(None)
@@ -67,8 +67,8 @@ def test_a_kernel_that_drifts_mid_run_stops_it_at_the_parity_step_with_one_line(
     def drifting_forward(*args, **kwargs):
         return (forward if len(done) < 3 else block_mean_forward)(*args, **kwargs)
 
-    monkeypatch.setattr(kernels, "rmsnorm_backward", counted_backward)
-    monkeypatch.setattr(kernels, "rmsnorm_forward", drifting_forward)
+    monkeypatch.setattr(launchers, "rmsnorm_backward", counted_backward)
+    monkeypatch.setattr(launchers, "rmsnorm_forward", drifting_forward)
     code, line = exits(tmp_path, capsys, "norm=triton")
     assert code == 1
     assert line.startswith("train.py: training stopped: parity at step 2: the triton and reference paths differ by ")
@@ -99,14 +99,14 @@ def test_a_shape_the_contract_refuses_exits_1_with_the_contract_message_and_the_
 
 
 def test_a_failed_check_exits_1_with_its_line(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(kernels, "rmsnorm_forward", block_mean_forward)
+    monkeypatch.setattr(launchers, "rmsnorm_forward", block_mean_forward)
     code, line = exits(tmp_path, capsys, "trainer.max_steps=2")
     assert code == 1
     assert line.startswith("train.py: check failed: initial parity: triton outputs differ from the reference by")
 
 
 def test_in_a_multirun_a_failed_check_is_left_to_the_end(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(kernels, "rmsnorm_forward", block_mean_forward)
+    monkeypatch.setattr(launchers, "rmsnorm_forward", block_mean_forward)
     multirun = SimpleNamespace(initialized=lambda: True, get=lambda: SimpleNamespace(mode=RunMode.MULTIRUN))
     monkeypatch.setattr(cli, "HydraConfig", multirun)
     result = main(tmp_path, "trainer.max_steps=2")
@@ -120,7 +120,7 @@ def test_in_a_multirun_a_failed_check_is_left_to_the_end(tmp_path, capsys, monke
 
 
 MUTANT = (
-    "import rmsnorm_kernel.ops.kernels as k, rmsnorm_kernel.testing.mutants as m\n"
+    "import rmsnorm_kernel.ops.launchers as k, rmsnorm_kernel.testing.mutants as m\n"
     "k.rmsnorm_forward = lambda x, g, eps, *_, activation=None, **__: m.forward_block_mean(x, g, eps, activation)\n"
 )
 

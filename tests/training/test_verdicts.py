@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from rmsnorm_kernel.ops import kernels
+from rmsnorm_kernel.ops import launchers
 from rmsnorm_kernel.training.callbacks import Interrupted
 from rmsnorm_kernel.training.checkpoints import atomic_torch_save, read_checkpoint
 from rmsnorm_kernel.training.summary import format_summary
@@ -23,8 +23,8 @@ STOP_STEP = 3  # of the tiny schedule's 4, between its checkpoints at steps 2 an
 
 def one_percent_off(monkeypatch):
     """The Triton forward, every output 1% too large (its calls still counted)."""
-    real = kernels.rmsnorm_forward
-    monkeypatch.setattr(kernels, "rmsnorm_forward", lambda *args, **kwargs: real(*args, **kwargs) * 1.01)
+    real = launchers.rmsnorm_forward
+    monkeypatch.setattr(launchers, "rmsnorm_forward", lambda *args, **kwargs: real(*args, **kwargs) * 1.01)
 
 
 def exit_of(root, capsys, *overrides):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from ..ops import kernels
+from ..ops import launchers
 from ..ops.backend import kernel_device_type
 from ..ops.counters import call_counts, counting
 from ..ops.reference import DEFAULT_EPS
@@ -78,8 +78,8 @@ def _launch_or_call(op: str, kernel_names: tuple[str, ...]) -> re.Pattern:
 #: How the generated code runs each direction of the Triton path: a launch of one of its kernels or a
 #: call of its op, outside any kernel Inductor generated (not fused into one).
 LAUNCHES = {
-    "forward": _launch_or_call("rmsnorm", kernels.FORWARD_KERNELS),
-    "backward": _launch_or_call("rmsnorm_backward", kernels.BACKWARD_KERNELS),
+    "forward": _launch_or_call("rmsnorm", launchers.FORWARD_KERNELS),
+    "backward": _launch_or_call("rmsnorm_backward", launchers.BACKWARD_KERNELS),
 }
 
 

@@ -4,7 +4,7 @@ Every rejection is a ``ContractError`` whose message names the argument, what it
 accepted. Nothing here falls back to the reference: a caller who wants the reference asks for it.
 
 Any strides are accepted, as ``F.rms_norm`` accepts them: ``rmsnorm()`` reads x in place when its rows sit
-at one row stride with a contiguous last dimension (``kernels.rows_at_one_stride``) and copies it once
+at one row stride with a contiguous last dimension (``launchers.rows_at_one_stride``) and copies it once
 otherwise, and copies a gamma that is not contiguous. An x with no rows (a zero anywhere in its leading
 dimensions, as an empty expert of a mixture of experts gives) is accepted, as ``F.rms_norm`` accepts it.
 Rows of zero elements (N = 0) are refused: there is no mean over no elements.
