@@ -74,3 +74,7 @@ def test_a_compiled_step_counts_once_per_run_forward_and_backward(device, monkey
             fn(x.requires_grad_()).backward(dy)
         assert list(counters._COUNTS) == [str(x.device)]
         assert call_counts() == {"forward": 3, "backward": 3}
+
+
+def test_count_call_passes_opcheck(device):
+    torch.library.opcheck(counters.count_call, (torch.zeros(2, dtype=torch.int64, device=device), 1))
