@@ -45,12 +45,13 @@ Per row, after ``--warmup`` steps (compilation and CUDA-graph recording happen t
   generic aten ``sum`` (Liger's over its per-SM partials; Inductor's over the workspace of its mixed-order
   reduction), a few microseconds a step. Each row's JSON lists every kernel with its time and verdict,
   so the rule can be checked against the profile.
-- ``rmsnorm_kernel.call_counts()`` before and after the timed steps (K = ``--steps``): the kernels count
-  their own calls on the device, graph replays included, so the Triton path must show K forward and K
-  backward calls in every mode and the other paths none. The command exits 1 when a count differs.
+- ``rmsnorm_kernel.call_counts()`` over K = ``--steps`` more steps inside ``counting()``, after the timed
+  ones (counting is off while steps are timed; the compiled modes recompile for it): the Triton path must
+  show K forward and K backward calls in every mode and the other paths none. The command exits 1 when a
+  count differs.
 
     python -m benchmarks.train_step [--steps N] [--warmup N] [--dtypes float32,bfloat16]
-        [--paths reference,native,triton,liger] [--modes eager,compile,reduce-overhead] [--json PATH]
+        [--paths reference,native,triton,liger] [--modes eager,compile,reduce-overhead] [--rows N] [--json PATH]
     python -m benchmarks.train_step --table outputs/train_step.json   # the results as a Markdown table
 
 The table goes to stdout, the results to ``outputs/train_step.json`` (``--json``). Needs a CUDA GPU:
@@ -436,6 +437,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--paths", type=comma_choices("path", PATHS), default=None, help="default: all (liger where it imports)"
     )
     parser.add_argument("--modes", type=comma_choices("mode", MODES), default=list(MODES), help="default: all")
+    parser.add_argument(
+        "--rows", type=at_least(1), default=None, help="rows per step (default: the preset's data.batch_size)"
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"results file (default {DEFAULT_JSON})")
     parser.add_argument(
         "--table", type=Path, default=None, metavar="JSON", help="print a run's results as a Markdown table; no GPU"
@@ -461,6 +465,8 @@ def run(args: argparse.Namespace) -> int:
     except Exception as e:
         print(f"{KIND}: {PRESET}: {one_line(e)}", file=sys.stderr)
         return 2
+    if args.rows is not None:
+        sizes["batch_size"] = args.rows
     has_liger = liger_available()
     paths = args.paths
     if paths is None:
