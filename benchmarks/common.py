@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from rmsnorm_kernel.atomic import write_atomic
 from rmsnorm_kernel.checks.cli import OneLineParser, Terminated, at_least, interrupt_status, run_interruptible
 
 __all__ = [
@@ -34,7 +35,6 @@ __all__ = [
     "print_table",
     "read_results",
     "write_json",
-    "write_whole",
 ]
 
 
@@ -59,7 +59,7 @@ def file_problem(option: str, path: Path | None) -> str | None:
     """Why the file ``path`` given as ``option`` cannot be written (None when it can, or when not given):
     checked before any work, so that a measurement is never lost at its end. It creates nothing: the
     nearest folder of ``path`` that exists is test-written, and the missing ones are made with the file
-    (``write_whole``), so that a command refused later leaves no folder behind."""
+    (``atomic.write_atomic``), so that a command refused later leaves no folder behind."""
     if path is None:
         return None
     path = Path(path)
@@ -115,24 +115,8 @@ def plain(obj):
 
 
 def write_json(path: Path, data) -> Path:
-    """``data`` (see ``plain``) as JSON at ``path``, written whole or not at all (``write_whole``)."""
-    return write_whole(path, json.dumps(plain(data), indent=1, allow_nan=False) + "\n")
-
-
-def write_whole(path: Path, text: str) -> Path:
-    """``text`` at ``path``, written whole or not at all: to ``<path>.tmp``, then renamed over ``path``, so
-    that a reader or an interrupted run never meets half a file. A write or a rename that fails (a full
-    disk, a folder where the file goes) leaves no ``.tmp`` behind and the file at ``path`` as it was."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    """``data`` (see ``plain``) as JSON at ``path``, written whole or not at all (``atomic.write_atomic``)."""
+    return write_atomic(path, json.dumps(plain(data), indent=1, allow_nan=False) + "\n")
 
 
 def read_results(path: Path, kind: str) -> dict:

@@ -30,7 +30,9 @@ import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..common import keep_earlier_run, write_json, write_whole
+from rmsnorm_kernel.atomic import write_atomic
+
+from ..common import keep_earlier_run, write_json
 from ..impls import FWD, FWD_BWD, MODES
 from . import results
 from .measure import Row, best_ceilings
@@ -621,7 +623,7 @@ def write_merged(merged: dict, outputs: Path) -> tuple[Path, Path]:
     for path in (json_path, md_path):
         keep_earlier_run("sweep", path)
     write_json(json_path, dict(merged, noise=s["noise"], worst=s["worst"], targets=s["targets"]))
-    write_whole(md_path, markdown(merged, s))
+    write_atomic(md_path, markdown(merged, s))
     return json_path, md_path
 
 

@@ -3,6 +3,7 @@
 import errno
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,13 +74,11 @@ def test_an_earlier_run_s_file_is_kept_under_a_free_name_and_said_so(tmp_path, c
 
 def test_a_write_the_disk_refuses_leaves_the_earlier_file_and_no_half_one(tmp_path, monkeypatch):
     path = write_json(tmp_path / "x.json", {"a": 1})
-    real = Path.write_text
 
-    def full(self, text, *args, **kwargs):
-        real(self, text[:3], *args, **kwargs)  # part of it reached the disk
-        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+    def full(fd):  # the bytes were handed over; the disk refuses them when they are flushed
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(Path, "write_text", full)
+    monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(OSError, match="No space left"):
         write_json(path, {"b": 2})
     monkeypatch.undo()

@@ -144,7 +144,9 @@ def test_a_backward_off_the_oracle_marks_only_the_forward_and_backward_row(devic
 
 
 def test_an_interrupted_write_is_one_clean_removes_too(tmp_path):
+    from rmsnorm_kernel.atomic import temporary_path
     from rmsnorm_kernel.checks import clean
 
-    assert clean.is_generated_file(tmp_path, "outputs/residual_add.tmp")
-    assert clean.is_generated_file(tmp_path, "outputs/train_step.tmp")
+    for name in ("residual_add.json", "train_step.json", "transformer_step.json"):
+        staged = temporary_path(tmp_path / "outputs" / name)
+        assert clean.is_generated_file(tmp_path, staged.relative_to(tmp_path).as_posix()), staged

@@ -25,6 +25,7 @@ from benchmarks.sweep import results
 from benchmarks.sweep import run as sweep
 from benchmarks.sweep.points import sweep_points
 from benchmarks.timing import no_timer
+from rmsnorm_kernel.atomic import temporary_path
 from rmsnorm_kernel.checks import clean
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from tests.helpers import DEVICE, ROOT
@@ -526,7 +527,8 @@ def test_clean_knows_every_file_the_sweep_writes(tmp_path):
         sweep.run_path(outputs, 7),
         keep_previous(results.RunFile(sweep.run_path(outputs), {}).path),
         outputs / sr.MERGED_JSON,
-        write_json(outputs / sr.MERGED_JSON, {}).with_suffix(".tmp"),
+        temporary_path(write_json(outputs / sr.MERGED_JSON, {})),
+        temporary_path(outputs / sr.MERGED_MD),
         outputs / sr.MERGED_MD,
         outputs / "figures" / sf.FIGURE,
         outputs / f"{sr.MERGED_JSON}.prev1",  # an earlier merge's files, kept by the next merge

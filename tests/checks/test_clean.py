@@ -44,7 +44,8 @@ GENERATED_FILES = [
     "outputs/benchmark-sweep.run.jsonl",
     "outputs/benchmark-sweep.run.after7.jsonl",
     "outputs/benchmark-sweep.run.jsonl.prev1",
-    "outputs/benchmark-sweep.tmp",
+    "outputs/.benchmark-sweep.md.4242.tmp",
+    "outputs/.check-forward.json.4242.tmp",
     "outputs/check-forward.json",
     "outputs/compile-report.json",
     "outputs/compile-report/inductor_output_0.py",
@@ -83,6 +84,7 @@ USER_FILES = [
     "outputs/my_experiments/check-forward.json",  # a report's name, not where reports go
     "outputs/my_experiments/results.csv",
     "outputs/notes.txt",
+    "outputs/.notes.txt.4242.tmp",  # the temporary of a file the project does not write
     "outputs/benchmark-sweep.notes.md",  # near a sweep file's name, not one
     "outputs/benchmark-sweep.part1of2.json",  # not a name the sweep writes
     "runs/summary.txt",

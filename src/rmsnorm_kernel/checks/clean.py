@@ -25,9 +25,8 @@ Generated, relative to that folder (``<name>`` is any run name, ``<k>``, ``<n>``
 - the files of the benchmark sweep (``python -m benchmarks.sweep``, outside the package): a run's
   ``outputs/benchmark-sweep.run.jsonl`` (``.run.after<n>.jsonl`` for a run with ``--skip-done``, appended
   to while it runs) and an earlier run's file kept as ``.jsonl.prev<n>``; the merge's
-  ``outputs/benchmark-sweep.json`` and ``outputs/benchmark-sweep.md`` (their ``.tmp`` while being
-  written) and ``outputs/figures/benchmark_sweep.png``, each with an earlier merge's kept as ``.prev<n>``
-  (``SWEEP_FILES``);
+  ``outputs/benchmark-sweep.json`` and ``outputs/benchmark-sweep.md`` and
+  ``outputs/figures/benchmark_sweep.png``, each with an earlier merge's kept as ``.prev<n>`` (``SWEEP_FILES``);
 - ``outputs/compile-report/inductor_output_<n>.py`` (``compile_report.compile_report``);
 - in a Hydra job folder under ``outputs/hydra/`` or ``multirun/`` (a folder whose ``.hydra/`` holds
   ``hydra.yaml``): ``.hydra/config.yaml``, ``.hydra/hydra.yaml``, ``.hydra/overrides.yaml`` and
@@ -38,9 +37,11 @@ Generated, relative to that folder (``<name>`` is any run name, ``<k>``, ``<n>``
   (``training.summary.MultirunSummary``);
 - ``checkpoints/<name>/version_<k>/``: ``step<n>.ckpt``, ``last.ckpt`` (either with Lightning's
   ``-v<n>`` suffix when the name was taken), ``final.ckpt``, ``hpc_ckpt_<n>.ckpt`` (Lightning's SLURM
-  requeue), ``.<file>.ckpt.<pid>.tmp`` (``training.checkpoints.atomic_torch_save``), ``.run.lock``
+  requeue), ``.run.lock``
   (``training.checkpoints.RunLock``, left by a killed run) and ``end.json`` (the record of the run's end,
-  ``training.resume.record_end``, with its ``.end.json.<pid>.tmp`` while being written);
+  ``training.resume.record_end``);
+- ``.<file>.<pid>.tmp`` beside any of those files: its temporary while it is written
+  (``atomic.temporary_path``), left by a write that was stopped;
 - ``runs/.write-probe.<pid>`` and ``checkpoints/.write-probe.<pid>`` (``training.paths.prepare_folder``,
   left by a run killed between writing and removing it);
 - every file under ``.pytest_cache/`` (pytest's cache folder);
@@ -105,16 +106,15 @@ FIGURE_FILES = ("training_mse.png", "training_loss.png", "check_errors.png")
 BENCHMARK_FILES = (
     r"outputs/benchmark\.json(?:\.prev\d+)?",
     r"outputs/figures/benchmark\.png",
-    # .tmp: a write that an interruption stopped (common.write_json); .json.prev<n>: an earlier run's
-    # results, kept when the command ran again (common.keep_earlier_run)
-    r"outputs/train_step\.(?:json|tmp|json\.prev\d+)",
-    r"outputs/residual_add\.(?:json|tmp|json\.prev\d+)",
-    r"outputs/transformer_step\.(?:json|tmp|json\.prev\d+)",
+    # .json.prev<n>: an earlier run's results, kept when the command ran again (common.keep_earlier_run)
+    r"outputs/train_step\.json(?:\.prev\d+)?",
+    r"outputs/residual_add\.json(?:\.prev\d+)?",
+    r"outputs/transformer_step\.json(?:\.prev\d+)?",
 )
 #: The benchmark sweep's files, by the names ``benchmarks.sweep`` gives them (a test checks they agree).
 SWEEP_FILES = (
     r"outputs/benchmark-sweep\.run(?:\.after\d+)?\.jsonl(?:\.prev\d+)?",
-    r"outputs/benchmark-sweep\.(?:json|md|tmp)(?:\.prev\d+)?",
+    r"outputs/benchmark-sweep\.(?:json|md)(?:\.prev\d+)?",
     r"outputs/figures/benchmark_sweep\.png(?:\.prev\d+)?",
 )
 #: Folders the commands create by these names, removed when empty even if they held nothing.
@@ -143,12 +143,14 @@ _STATIC_PATTERNS = [
         rf"{_HYDRA}/multirun\.yaml",
         rf"runs/{_VERSION}/(?:events\.out\.tfevents\.[^/]+|hparams\.yaml)",
         r"runs/summary_[^/]+\.(?:md|json)",
-        rf"checkpoints/{_VERSION}/(?:step\d+(?:-v\d+)?\.ckpt|last(?:-v\d+)?\.ckpt|final\.ckpt|hpc_ckpt_\d+\.ckpt|\.[^/]+\.ckpt\.\d+\.tmp|\.run\.lock|{_END}|\.{_END}\.\d+\.tmp)",
+        rf"checkpoints/{_VERSION}/(?:step\d+(?:-v\d+)?\.ckpt|last(?:-v\d+)?\.ckpt|final\.ckpt|hpc_ckpt_\d+\.ckpt|\.run\.lock|{_END})",
         r"(?:runs|checkpoints)/\.write-probe\.\d+",
         r"\.pytest_cache/.+",
         rf"{_CACHE}/[^/]+\.pyc",
     )
 ]
+#: The temporary of a file being written (``atomic.temporary_path``: ``.<name>.<pid>.tmp``).
+_TEMPORARY = re.compile(r"\.(?P<name>[^/]+)\.\d+\.tmp")
 #: The traceback ``train.py`` writes into its Hydra job folder after a crash (``training.cli.TRACEBACK_NAME``;
 #: a test checks they agree).
 TRACEBACK_NAME = "traceback.txt"
@@ -311,9 +313,14 @@ def _run_in_use(root: Path, rel: str) -> str | None:
 
 
 def is_generated_file(root: Path, rel: str) -> bool:
-    """Whether the file at ``rel`` (relative to ``root``, '/'-separated) is one the project writes."""
+    """Whether the file at ``rel`` (relative to ``root``, '/'-separated) is one the project writes, or the
+    temporary of one (``atomic.temporary_path``)."""
     if any(p.fullmatch(rel) for p in _STATIC_PATTERNS):
         return True
+    folder, _, name = rel.rpartition("/")
+    staged = _TEMPORARY.fullmatch(name)
+    if staged is not None:
+        return is_generated_file(root, f"{folder}/{staged.group('name')}" if folder else staged.group("name"))
     m = _HYDRA_JOB_FILE.fullmatch(rel)
     return bool(m) and (root / m.group("job") / ".hydra" / "hydra.yaml").is_file()
 
