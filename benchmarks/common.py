@@ -6,18 +6,14 @@ them back for ``--table``."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import math
 import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import torch
-
-from rmsnorm_kernel.atomic import write_atomic
 from rmsnorm_kernel.checks.cli import OneLineParser, Terminated, at_least, interrupt_status, run_interruptible
+from rmsnorm_kernel.jsonio import write_json
 
 __all__ = [
     "INTERPRETED",
@@ -31,7 +27,6 @@ __all__ = [
     "keep_earlier_run",
     "keep_previous",
     "run_interruptible",
-    "plain",
     "print_table",
     "read_results",
     "write_json",
@@ -96,27 +91,6 @@ def cannot_start(kind: str, json_path: Path | None, has_gpu: bool, needs_gpu_for
         return None
     print(f"{kind}: {problem}", file=sys.stderr)
     return 2
-
-
-def plain(obj):
-    """``obj`` as JSON values: dataclasses as dicts, tuples as lists, dtypes and paths as text, and NaN or
-    infinite numbers as None (JSON has no such numbers)."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return plain(dataclasses.asdict(obj))
-    if isinstance(obj, dict):
-        return {str(k): plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [plain(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, (torch.dtype, Path)):
-        return str(obj)
-    return obj
-
-
-def write_json(path: Path, data) -> Path:
-    """``data`` (see ``plain``) as JSON at ``path``, written whole or not at all (``atomic.write_atomic``)."""
-    return write_atomic(path, json.dumps(plain(data), indent=1, allow_nan=False) + "\n")
 
 
 def read_results(path: Path, kind: str) -> dict:

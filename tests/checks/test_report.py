@@ -30,21 +30,25 @@ def test_table_aligns_columns_and_writes_cells_readably():
     ]
 
 
+def strict_json(name):
+    raise ValueError(f"{name} is not standard JSON")
+
+
 @dataclass
 class Record:
     shape: tuple
     err: float
 
 
-def test_report_is_json_with_the_common_keys_and_readable_non_finite_numbers(tmp_path):
+def test_report_is_standard_json_with_the_common_keys_and_null_for_non_finite_numbers(tmp_path):
     path = report.write_report(
         tmp_path / "out", "check-x", False, {"cases": [Record((1, 2), math.nan)], "dtype": torch.float16}
     )
     assert path == tmp_path / "out" / "check-x.json"
-    data = json.loads(path.read_text())
+    data = json.loads(path.read_text(), parse_constant=strict_json)
     assert {"command", "ok", "created", "backend", "device", "torch"} <= set(data)
     assert (data["command"], data["ok"], data["torch"]) == ("check-x", False, torch.__version__)
-    assert data["cases"] == [{"shape": [1, 2], "err": "nan"}] and data["dtype"] == "torch.float16"
+    assert data["cases"] == [{"shape": [1, 2], "err": None}] and data["dtype"] == "torch.float16"
 
 
 def test_an_outputs_folder_is_created_and_test_written_before_any_work(tmp_path):

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import errno
-import json
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -13,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from ..jsonio import write_json
 from ..ops.backend import backend, kernel_device_type
 
 
@@ -70,21 +69,6 @@ def format_table(
     return "\n".join(lines)
 
 
-def jsonable(obj):
-    """``obj`` with dataclasses, tuples, dtypes, paths and non-finite floats turned into JSON values."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return jsonable(dataclasses.asdict(obj))
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)  # "nan", "inf": standard JSON has no such numbers
-    if isinstance(obj, (torch.dtype, Path)):
-        return str(obj)
-    return obj
-
-
 #: The errors of a write that the disk or the file system refused.
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM})
 
@@ -111,8 +95,8 @@ def report_path(outputs: Path, command: str) -> Path:
 
 
 def write_report(outputs: Path, command: str, ok: bool, body: dict) -> Path:
-    """``<outputs>/<command>.json`` (``report_path``) with what every report carries, then ``body``."""
-    outputs.mkdir(parents=True, exist_ok=True)
+    """``<outputs>/<command>.json`` (``report_path``) with what every report carries, then ``body``
+    (written by ``jsonio.write_json``: NaN and infinities as null)."""
     path = report_path(outputs, command)
     report = {
         "command": command,
@@ -123,5 +107,4 @@ def write_report(outputs: Path, command: str, ok: bool, body: dict) -> Path:
         "torch": torch.__version__,
         **body,
     }
-    path.write_text(json.dumps(jsonable(report), indent=2) + "\n")
-    return path
+    return write_json(path, report)
