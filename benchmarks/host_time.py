@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from rmsnorm_kernel.checks.report import format_table
+from rmsnorm_kernel import tables
 from rmsnorm_kernel.ops import kernels
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.testing import make_inputs
@@ -100,7 +100,7 @@ def run(args) -> int:
         f"torch {v['torch']}, triton {v['triton']}"
     )
     print(
-        format_table(
+        tables.table(
             ("piece", "host us", "wall us"),
             [(name, f"{t['host_us']:.1f}", f"{t['wall_us']:.1f}") for name, t in times.items()],
             right=(1, 2),

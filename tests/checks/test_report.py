@@ -1,4 +1,4 @@
-"""What every command's output shares: table cells, one-line errors, and the JSON report."""
+"""What every command's output shares: names, one-line errors, and the JSON report."""
 
 import json
 import math
@@ -17,17 +17,6 @@ def test_dtype_name_and_power_of_two():
 def test_one_line_keeps_the_type_and_the_first_line_only():
     assert report.one_line(RuntimeError("launch failed\n  Traceback ...")) == "RuntimeError: launch failed"
     assert report.one_line(ValueError()) == "ValueError: "
-
-
-def test_table_aligns_columns_and_writes_cells_readably():
-    table = report.format_table(["a", "value"], [(True, 1.23456e-7), ("long name", math.nan), ((1, 257), 2)])
-    assert table.splitlines() == [
-        "a          value",
-        "---------  --------",
-        "yes        1.23e-07",
-        "long name  -",
-        "(1, 257)   2",
-    ]
 
 
 def strict_json(name):
@@ -62,17 +51,3 @@ def test_an_outputs_folder_is_created_and_test_written_before_any_work(tmp_path)
         "accepted: a folder this user can create and write"
     )
     assert (tmp_path / "file").read_text() == "kept"
-
-
-def test_table_aligns_chosen_columns_right_and_separates_groups():
-    table = report.format_table(
-        ("name", "us"), [("a", "1.5"), ("bbb", "10.25"), ("c", "2")], right=(1,), groups=[1, 1, 2]
-    )
-    assert table.splitlines() == [
-        "name     us",
-        "----  -----",
-        "a       1.5",
-        "bbb   10.25",
-        "",
-        "c         2",
-    ]

@@ -24,8 +24,9 @@ from .. import startup
 from ..ops.backend import backend, kernel_device_type
 from ..ops.contract import MAX_N
 from ..ops.tolerances import TOLERANCES
+from ..tables import cell, table
 from . import campaigns, checkpoint_audit, compile_report, environment, exercise, figures, gradients, negative, profile
-from .report import WRITE_ERRNOS, cell, digits, dtype_name, format_table, outputs_problem, verdict, write_report
+from .report import WRITE_ERRNOS, digits, dtype_name, outputs_problem, verdict, write_report
 
 #: The check commands whose reports the figures read, with the campaign each runs.
 CAMPAIGN_COMMANDS = {
@@ -172,14 +173,14 @@ def _tolerance_lines() -> str:
 def cmd_environment(args) -> int:
     _header("environment")
     facts = environment.environment_facts()
-    print(format_table(["item", "value"], [(f.item, f.value) for f in facts]))
+    print(table(["item", "value"], [(f.item, f.value) for f in facts]))
     print(
         f"\nproof that the Triton path runs here: one {environment.PROOF_SHAPE} "
         f"{dtype_name(environment.PROOF_DTYPE)} forward and backward against the oracle"
     )
     proof = environment.environment_proof()
     print(
-        format_table(
+        table(
             ["campaign", "dtype", "shape", "max abs", "max rel", "verdict", "error"],
             [(c.campaign, c.dtype, c.shape, c.max_abs, c.max_rel, verdict(c.ok), c.error) for c in proof],
         )
@@ -197,7 +198,7 @@ def cmd_reference(args) -> int:
     _header("reference: the oracle's gradients")
     results = gradients.reference_checks()
     print(
-        format_table(
+        table(
             ["check", "dtype", "shape", "max abs", "max rel", "verdict", "detail"],
             [(r.check, r.dtype, r.shape, r.max_abs, r.max_rel, verdict(r.ok), r.detail) for r in results],
         )
@@ -216,7 +217,7 @@ def _campaign_command(command: str) -> Callable:
         print(_tolerance_lines() + "\n")
         cases = campaigns.run_campaign(campaign, kernel=args.kernel, shapes=shapes)
         print(
-            format_table(
+            table(
                 ["#", "dtype", "shape", "max abs", "max rel", "atol", "rtol", "verdict", "error"],
                 [
                     (c.seed, c.dtype, c.shape, c.max_abs, c.max_rel, c.atol, c.rtol, verdict(c.ok), c.error)
@@ -253,11 +254,7 @@ def cmd_negative(args) -> int:
     results, mutant_cases = negative.negative_checks(
         mutant_shapes=campaigns.QUICK_SHAPES if args.quick else campaigns.FULL_SHAPES
     )
-    print(
-        format_table(
-            ["kind", "case", "verdict", "outcome"], [(r.kind, r.name, verdict(r.ok), r.outcome) for r in results]
-        )
-    )
+    print(table(["kind", "case", "verdict", "outcome"], [(r.kind, r.name, verdict(r.ok), r.outcome) for r in results]))
     ok = all(r.ok for r in results)
     path = write_report(args.outputs, "negative", ok, {"cases": results, "mutant_campaign_cases": mutant_cases})
     return _finish(ok, path, f"{sum(r.ok for r in results)} of {len(results)} negative checks hold")
@@ -267,7 +264,7 @@ def cmd_exercise(args) -> int:
     _header("exercise: mean over N, not over BLOCK = next_power_of_2(N)")
     rows = exercise.exercise()
     print(
-        format_table(
+        table(
             ["what", "N", "kernel", "value", "by hand", "max |diff| vs oracle", "agrees", "should agree", "verdict"],
             [
                 (
@@ -309,7 +306,7 @@ def cmd_profile(args) -> int:
             "No GPU: these are CPU operator counts (aten operators, Inductor C++ kernels), not GPU kernel launches.\n"
         )
     print(
-        format_table(
+        table(
             ["path", "phase", unit, "Triton op calls", "verdict", "detail"],
             [
                 (
@@ -338,7 +335,7 @@ def cmd_compile_report(args) -> int:
     code_dir = args.outputs / "compile-report"
     rep = compile_report.compile_report(code_dir)
     print(
-        format_table(
+        table(
             ["item", "value"],
             [
                 ("graphs", rep.graph_count),
@@ -371,7 +368,7 @@ def cmd_figures(args) -> int:
     print("== figures ==\n")
     reports = {CAMPAIGN_LABELS[c]: args.outputs / f"{cmd}.json" for cmd, c in CAMPAIGN_COMMANDS.items()}
     results = figures.make_figures(args.outputs / "figures", args.runs, reports)
-    print(format_table(["figure", "status", "detail"], [(r.name, r.status, r.detail) for r in results]))
+    print(table(["figure", "status", "detail"], [(r.name, r.status, r.detail) for r in results]))
     written = [r for r in results if r.status == "written"]
     failed = [r for r in results if r.status == "failed"]
     ok = bool(written) and not failed
@@ -392,7 +389,7 @@ def cmd_check_checkpoints(args) -> int:
     audited = [r for r in results if r.stage != "skipped"]
     if results:
         print(
-            format_table(
+            table(
                 ["file", "stage", "verdict", "max abs", "detail"],
                 [
                     (r.file, r.stage, "-" if r.stage == "skipped" else verdict(r.ok), r.max_abs, r.detail)
@@ -430,7 +427,7 @@ def cmd_clean(args) -> int:
     caches = "" if clean.is_project_root(root) else " (not the project's root: its caches are not cleaned)"
     print(f"== clean --scope {args.scope}{' --dry-run' if args.dry_run else ''} ==  folder: {root}{caches}\n")
     if entries:
-        print(format_table(["path (relative to the folder)", "action"], [(r.path, r.action) for r in entries]))
+        print(table(["path (relative to the folder)", "action"], [(r.path, r.action) for r in entries]))
     else:
         print("nothing generated to remove, nothing kept")
     gone = [r for r in entries if r.action in (clean.WOULD_REMOVE, clean.REMOVED)]

@@ -1,4 +1,4 @@
-"""What every check command shares: names and one-line errors for its records, its table, its JSON report."""
+"""What every check command shares: names and one-line errors for its records, and its JSON report."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import datetime
 import errno
 import math
 import os
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -33,40 +32,9 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
-def cell(v) -> str:
-    """A value as a table shows it: yes/no, three significant digits, '-' for NaN, tuples in parentheses."""
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return "-" if math.isnan(v) else f"{v:.3g}"
-    if isinstance(v, tuple):
-        return "(" + ", ".join(map(str, v)) + ")"
-    return str(v)
-
-
 def digits(v: float) -> str:
     """Seven significant digits: enough to tell 0.9999995 from 1."""
     return "-" if math.isnan(v) else f"{v:.7g}"
-
-
-def format_table(
-    headers: Sequence[str], rows: Sequence[Sequence], right: Iterable[int] = (), groups: Sequence | None = None
-) -> str:
-    """``rows`` under ``headers``, each value as ``cell`` writes it; the columns in ``right`` aligned right,
-    the others left; a blank line wherever ``groups`` (one key per row) changes."""
-    right = set(right)
-    cells = [[str(h) for h in headers]] + [[cell(v) for v in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def line(r: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-
-    lines = [line(cells[0]), "  ".join("-" * w for w in widths)]
-    for i, r in enumerate(cells[1:]):
-        if groups is not None and i and groups[i] != groups[i - 1]:
-            lines.append("")
-        lines.append(line(r))
-    return "\n".join(lines)
 
 
 #: The errors of a write that the disk or the file system refused.
