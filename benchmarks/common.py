@@ -1,7 +1,7 @@
 """What several measurements of ``benchmarks`` share: their command lines (one-line usage errors, numeric
-options with a lower bound, comma-separated choices, Ctrl+C and SIGTERM in one line: the check commands'
-own, from ``rmsnorm_kernel.checks.cli``), writing their JSON files (an earlier run's file kept) and reading
-them back for ``--table``."""
+options with a lower bound, comma-separated choices, Ctrl+C and SIGTERM in one line: the command-line
+layer the check commands use too, ``rmsnorm_kernel.checks.cli``), their refusals before any work, and
+an earlier run's file kept; reading their JSON files back for ``--table``."""
 
 from __future__ import annotations
 

@@ -1,25 +1,6 @@
-"""What the measurements share: their command lines, their exit statuses and an earlier run's file kept."""
+"""What the measurements share: their exit statuses and an earlier run's file kept."""
 
-import pytest
-
-from benchmarks.common import OneLineParser, at_least, exit_status, keep_earlier_run
-
-
-def test_a_command_line_mistake_is_one_line_and_exit_2(capsys):
-    parser = OneLineParser(prog="prog")
-    parser.add_argument("--samples", type=at_least(1), default=1)
-    parser.add_argument("--ms", type=at_least(0.5, float), default=1.0)
-    assert parser.parse_args(["--samples", "3", "--ms", "0.5"]).samples == 3
-    for argv, words in (
-        (["--samples", "0"], "argument --samples: 0 is too small; accepted: 1 or more"),
-        (["--samples", "1.5"], "argument --samples: '1.5' is not a number; accepted: 1 or more"),
-        (["--ms", "nan"], "argument --ms: 'nan' is not a finite number; accepted: 0.5 or more"),
-        (["--ms", "inf"], "argument --ms: 'inf' is not a finite number; accepted: 0.5 or more"),
-        (["--fast"], "unrecognized arguments: --fast"),
-    ):
-        with pytest.raises(SystemExit) as exc:
-            parser.parse_args(argv)
-        assert exc.value.code == 2 and capsys.readouterr().err == f"prog: {words}\n"
+from benchmarks.common import exit_status, keep_earlier_run
 
 
 def test_an_earlier_run_s_file_is_kept_under_a_free_name_and_said_so(tmp_path, capsys):

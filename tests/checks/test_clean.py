@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rmsnorm_kernel.checks import clean, figures
-from rmsnorm_kernel.checks.cli import build_parser
+from rmsnorm_kernel.checks.main import build_parser
 
 from .helpers import run_cli
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rmsnorm_kernel.checks import figures
-from rmsnorm_kernel.checks.cli import main
+from rmsnorm_kernel.checks.main import main
 from rmsnorm_kernel.ops.impls import IMPLS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

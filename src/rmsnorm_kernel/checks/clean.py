@@ -84,7 +84,7 @@ PYTHON_TREES = ("src", "tests", "benchmarks")
 NEVER_ENTER = {".git", ".venv", "venv", ".tox", ".nox", "node_modules"}
 SCOPES = ("generated",)
 
-#: The commands that write ``<outputs>/<command>.json`` (the subcommands of ``checks.cli``).
+#: The commands that write ``<outputs>/<command>.json`` (the subcommands of ``checks.main``).
 REPORT_COMMANDS = (
     "environment",
     "reference",
