@@ -117,11 +117,11 @@ def test_without_a_gpu_it_says_so_in_one_line_and_exits_2(tmp_path, capsys):
 
 
 def test_its_default_results_file_is_one_clean_removes(tmp_path):
-    from rmsnorm_kernel.checks import clean
+    from rmsnorm_kernel.checks import generated
 
     path = "outputs/residual_add.json"
-    assert residual_add.DEFAULT_JSON == path and clean.is_generated_file(tmp_path, path)
-    assert clean.is_generated_file(tmp_path, path + ".prev1")  # an earlier run's, kept when it ran again
+    assert residual_add.DEFAULT_JSON == path and generated.is_generated_file(tmp_path, path)
+    assert generated.is_generated_file(tmp_path, path + ".prev1")  # an earlier run's, kept when it ran again
 
 
 def test_a_backward_off_the_oracle_marks_only_the_forward_and_backward_row(device, monkeypatch):
@@ -146,8 +146,8 @@ def test_a_backward_off_the_oracle_marks_only_the_forward_and_backward_row(devic
 
 def test_an_interrupted_write_is_one_clean_removes_too(tmp_path):
     from rmsnorm_kernel.atomic import temporary_path
-    from rmsnorm_kernel.checks import clean
+    from rmsnorm_kernel.checks import generated
 
     for name in ("residual_add.json", "train_step.json", "transformer_step.json"):
         staged = temporary_path(tmp_path / "outputs" / name)
-        assert clean.is_generated_file(tmp_path, staged.relative_to(tmp_path).as_posix()), staged
+        assert generated.is_generated_file(tmp_path, staged.relative_to(tmp_path).as_posix()), staged

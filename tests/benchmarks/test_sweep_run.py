@@ -26,7 +26,7 @@ from benchmarks.sweep import run as sweep
 from benchmarks.sweep.points import sweep_points
 from benchmarks.timing import no_timer
 from rmsnorm_kernel.atomic import temporary_path
-from rmsnorm_kernel.checks import clean
+from rmsnorm_kernel.checks import generated
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from tests.helpers import DEVICE, ROOT, markdown_rows
 
@@ -536,8 +536,8 @@ def test_clean_knows_every_file_the_sweep_writes(tmp_path):
         outputs / "figures" / f"{sf.FIGURE}.prev1",
     ]
     for path in written:
-        assert clean.is_generated_file(tmp_path, path.relative_to(tmp_path).as_posix()), path
-    assert not clean.is_generated_file(tmp_path, "outputs/benchmark-sweep.notes.md")
+        assert generated.is_generated_file(tmp_path, path.relative_to(tmp_path).as_posix()), path
+    assert not generated.is_generated_file(tmp_path, "outputs/benchmark-sweep.notes.md")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -435,7 +435,7 @@ def test_a_bfloat16_step_runs_the_whole_network_and_batch_in_bfloat16(device, mo
 
 
 def test_its_default_results_file_is_one_clean_removes(tmp_path):
-    from rmsnorm_kernel.checks import clean
+    from rmsnorm_kernel.checks import generated
 
-    assert clean.is_generated_file(tmp_path, train_step.DEFAULT_JSON.as_posix())
-    assert clean.is_generated_file(tmp_path, train_step.DEFAULT_JSON.as_posix() + ".prev3")  # an earlier run's
+    assert generated.is_generated_file(tmp_path, train_step.DEFAULT_JSON.as_posix())
+    assert generated.is_generated_file(tmp_path, train_step.DEFAULT_JSON.as_posix() + ".prev3")  # an earlier run's
