@@ -20,7 +20,7 @@ Protocol, as in Triton's tutorial:
   (``timing.cuda_timer``);
 - bytes are the fewest the operation must move (``rows.bytes_moved``): forward 2*M*N elements of x's
   dtype + N of gamma's; forward + backward 5*M*N (x and y; x, dy and dx) + 2*N (gamma, dgamma);
-- a table is printed last (``report.format_table``) and every number goes to ``<outputs>/benchmark.json``
+- a table is printed last (``tables.table``) and every number goes to ``<outputs>/benchmark.json``
   (``report.write_report``; an earlier run's file there is kept as ``benchmark.json.prev<n>``), rewritten
   after every shape; at the end the figure
   ``<outputs>/figures/benchmark.png`` is drawn from that file (``figures.benchmark_figure``).
@@ -41,7 +41,8 @@ from pathlib import Path
 
 import torch
 
-from rmsnorm_kernel.checks.report import format_table, one_line, outputs_problem, report_path, write_report
+from rmsnorm_kernel import tables
+from rmsnorm_kernel.checks.report import one_line, outputs_problem, report_path, write_report
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.reference import oracle
 from rmsnorm_kernel.testing import make_inputs
@@ -105,7 +106,7 @@ def run_benchmark(
 
 
 # --------------------------------------------------------------------------------------------------
-# Output: the table (report.format_table), the JSON report (report.write_report) and the figure
+# Output: the table (tables.table), the JSON report (report.write_report) and the figure
 
 TABLE_HEAD = ("shape", "dtype", "mode", "impl", "events us", "do_bench us", "host us", "TB/s", "% ceil", "check", "")
 
@@ -134,7 +135,7 @@ def table(results: list[Result], ceiling_tbps: float | None) -> str:
                 mark,
             )
         )
-    text = format_table(TABLE_HEAD, rows, right=range(4, 9), groups=[(r.shape, r.dtype) for r in results])
+    text = tables.table(TABLE_HEAD, rows, right=range(4, 9), groups=[(r.shape, r.dtype) for r in results])
     ceiling = f"{ceiling_tbps:.2f} TB/s" if ceiling_tbps else "not measured"
     return text + f"\ncopy ceiling: {ceiling}; 'best': fastest correct row of its group (events median)"
 

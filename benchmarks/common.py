@@ -1,22 +1,19 @@
 """What several measurements of ``benchmarks`` share: their command lines (one-line usage errors, numeric
-options with a lower bound, comma-separated choices, Ctrl+C and SIGTERM in one line: the check commands'
-own, from ``rmsnorm_kernel.checks.cli``), writing their JSON files (an earlier run's file kept) and reading
-them back for ``--table``."""
+options with a lower bound, comma-separated choices, Ctrl+C and SIGTERM in one line: the command-line
+layer the check commands use too, ``rmsnorm_kernel.checks.cli``), their refusals before any work, and
+an earlier run's file kept; reading their JSON files back for ``--table``."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import math
 import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import torch
-
 from rmsnorm_kernel.checks.cli import OneLineParser, Terminated, at_least, interrupt_status, run_interruptible
+from rmsnorm_kernel.jsonio import write_json
 
 __all__ = [
     "INTERPRETED",
@@ -30,11 +27,9 @@ __all__ = [
     "keep_earlier_run",
     "keep_previous",
     "run_interruptible",
-    "plain",
     "print_table",
     "read_results",
     "write_json",
-    "write_whole",
 ]
 
 
@@ -59,7 +54,7 @@ def file_problem(option: str, path: Path | None) -> str | None:
     """Why the file ``path`` given as ``option`` cannot be written (None when it can, or when not given):
     checked before any work, so that a measurement is never lost at its end. It creates nothing: the
     nearest folder of ``path`` that exists is test-written, and the missing ones are made with the file
-    (``write_whole``), so that a command refused later leaves no folder behind."""
+    (``atomic.write_atomic``), so that a command refused later leaves no folder behind."""
     if path is None:
         return None
     path = Path(path)
@@ -96,43 +91,6 @@ def cannot_start(kind: str, json_path: Path | None, has_gpu: bool, needs_gpu_for
         return None
     print(f"{kind}: {problem}", file=sys.stderr)
     return 2
-
-
-def plain(obj):
-    """``obj`` as JSON values: dataclasses as dicts, tuples as lists, dtypes and paths as text, and NaN or
-    infinite numbers as None (JSON has no such numbers)."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return plain(dataclasses.asdict(obj))
-    if isinstance(obj, dict):
-        return {str(k): plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [plain(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, (torch.dtype, Path)):
-        return str(obj)
-    return obj
-
-
-def write_json(path: Path, data) -> Path:
-    """``data`` (see ``plain``) as JSON at ``path``, written whole or not at all (``write_whole``)."""
-    return write_whole(path, json.dumps(plain(data), indent=1, allow_nan=False) + "\n")
-
-
-def write_whole(path: Path, text: str) -> Path:
-    """``text`` at ``path``, written whole or not at all: to ``<path>.tmp``, then renamed over ``path``, so
-    that a reader or an interrupted run never meets half a file. A write or a rename that fails (a full
-    disk, a folder where the file goes) leaves no ``.tmp`` behind and the file at ``path`` as it was."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
 
 
 def read_results(path: Path, kind: str) -> dict:

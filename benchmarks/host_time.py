@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from rmsnorm_kernel.checks.report import format_table
+from rmsnorm_kernel import tables
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.testing import make_inputs
 
@@ -150,7 +150,7 @@ def run(args) -> int:
         f"host us per eager call at {m}x{n} bfloat16 on {torch.cuda.get_device_name()} "
         f"(x native counterpart's): torch {v['torch']}, triton {v['triton']}"
     )
-    print(format_table(("path", *FORMS), table_rows(times), right=(1, 2, 3)))
+    print(tables.table(("path", *FORMS), table_rows(times), right=(1, 2, 3)))
     if args.json is not None:
         data = dict(
             device=torch.cuda.get_device_name(),

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from rmsnorm_kernel import rmsnorm
+from rmsnorm_kernel import rmsnorm, tables
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.reference import add_oracle
 from rmsnorm_kernel.ops.tolerances import compare, tolerance_dtype
@@ -166,10 +166,7 @@ def table(data: dict) -> str:
     if not data["rows"]:
         raise ValueError("it holds no rows")
     impls = list(dict.fromkeys(row["impl"] for row in data["rows"]))
-    lines = [
-        f"| rows x N ({data['dtype']}) | direction | " + " | ".join(impls) + " |",
-        "|---|---|" + "---|" * len(impls),
-    ]
+    rows = []
     keys = list(dict.fromkeys((tuple(row["shape"]), row["direction"]) for row in data["rows"]))
     for shape, direction in keys:
         cells = {r["impl"]: r for r in data["rows"] if tuple(r["shape"]) == shape and r["direction"] == direction}
@@ -186,8 +183,8 @@ def table(data: dict) -> str:
             if cell.get("whole_ms") is not None:
                 text += f" / {cell['whole_ms']:.2f}"
             out.append(text + (" †" if cell["problem"] else ""))
-        lines.append(f"| {shape[0]} x {shape[1]} | {direction} | " + " | ".join(out) + " |")
-    return "\n".join(lines)
+        rows.append((f"{shape[0]} x {shape[1]}", direction, *out))
+    return tables.table((f"rows x N ({data['dtype']})", "direction", *impls), rows, markdown=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -72,7 +72,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from rmsnorm_kernel.checks.report import format_table, one_line
+from rmsnorm_kernel import tables
+from rmsnorm_kernel.checks.report import one_line
 from rmsnorm_kernel.ops.impls import IMPLS
 
 from . import impls
@@ -412,11 +413,8 @@ def describe(data: dict) -> str:
 
 def markdown(data: dict) -> str:
     """The results of a run (its JSON) as a Markdown table for the README, with its footnotes."""
-    header = (*HEADERS, "calls fwd/bwd")
-    lines = [describe(data) + ".", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for r in data["rows"]:
-        calls = "" if r["error"] is not None else _calls(r)
-        lines.append("| " + " | ".join(str(c) for c in (*row_cells(r), calls)) + " |")
+    rows = [(*row_cells(r), "" if r["error"] is not None else _calls(r)) for r in data["rows"]]
+    lines = [describe(data) + ".", "", tables.table((*HEADERS, "calls fwd/bwd"), rows, markdown=True)]
     for note in footnotes(data["rows"]):
         lines += ["", note + "."]
     return "\n".join(lines)
@@ -516,7 +514,7 @@ def run(args: argparse.Namespace) -> int:
     data["complete"] = True
     print()
     print(
-        format_table(
+        tables.table(
             (*HEADERS, f"calls fwd/bwd in {args.steps} steps"),
             [(*row_cells(r), "" if r["error"] is not None else _calls(r)) for r in data["rows"]],
             right=(3, 4, 5, 6),

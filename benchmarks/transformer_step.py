@@ -38,6 +38,7 @@ from pathlib import Path
 
 import torch
 
+from rmsnorm_kernel import tables
 from rmsnorm_kernel.checks.report import one_line
 from rmsnorm_kernel.ops.reference import DEFAULT_EPS
 from rmsnorm_kernel.training.network import build_network, loss
@@ -145,10 +146,10 @@ def measure(path: str, mode: str, sizes: dict, steps: int, warmup: int, own: tup
 
 def markdown(data: dict) -> str:
     head = ("path", "mode", "wall ms", "GPU ms", *(f"{c} ms" for c in CATEGORY_NAMES), "kernels")
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for r in data["rows"]:
         if r["error"] is not None:
-            lines.append(f"| {r['path']} | {r['mode']} | failed: {r['error']} |")
+            rows.append((r["path"], r["mode"], f"failed: {r['error']}"))
             continue
         cats = (f"{r['category_ms'][c]:.2f}" for c in CATEGORY_NAMES)
         cells = (
@@ -159,8 +160,8 @@ def markdown(data: dict) -> str:
             *cats,
             f"{r['kernels_per_step']:.0f}",
         )
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return tables.table(head, rows, markdown=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

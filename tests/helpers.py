@@ -84,3 +84,18 @@ def interrupt_process(argv, signum: int, wait_for: str, cwd, settle_s: float = 0
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=300)
     return proc.returncode, seen + out, err
+
+
+def markdown_rows(text: str) -> list[list[str]]:
+    """The rows of the Markdown tables in ``text`` (header rows too, separator rows left out), each as its
+    cells without their padding: what a table says, whatever its column widths."""
+    rows = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("|"):
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if all(c and set(c) <= set("-:") for c in cells):
+            continue
+        rows.append(cells)
+    return rows

@@ -30,7 +30,10 @@ import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..common import keep_earlier_run, write_json, write_whole
+from rmsnorm_kernel import tables
+from rmsnorm_kernel.atomic import write_atomic
+
+from ..common import keep_earlier_run, write_json
 from ..impls import FWD, FWD_BWD, MODES
 from . import results
 from .measure import Row, best_ceilings
@@ -496,11 +499,6 @@ WORST_HEAD = (
 NOISE_HEAD = ("mode", "series", "measurements", "GPU, median", "GPU, max", "whole call, median", "whole call, max")
 
 
-def md_table(head: Sequence[str], rows: Iterable[Sequence]) -> list[str]:
-    """A markdown table's lines."""
-    return ["| " + " | ".join(map(str, r)) + " |" for r in [head, ["---"] * len(head), *rows]]
-
-
 def markdown(merged: dict, summary: dict | None = None) -> str:
     s = summary or summarize(merged)
     out = [
@@ -532,24 +530,27 @@ def markdown(merged: dict, summary: dict | None = None) -> str:
         "Share of the ceiling: GPU time.",
         "",
     ]
-    out += md_table(
-        WORST_HEAD,
-        [
-            (
-                e["regime"],
-                e["group"],
-                e["mode"],
-                e["points"],
-                _r(e["worst_vs_peer_gpu"]),
-                e["worst_vs_peer_gpu_at"] or "–",
-                _r(e["worst_vs_peer_whole"]),
-                e["worst_vs_peer_whole_at"] or "–",
-                _pct(e["worst_pct"]),
-                e["worst_pct_at"] or "–",
-                _pct(e["median_pct"]),
-            )
-            for e in s["worst"]
-        ],
+    out.append(
+        tables.table(
+            WORST_HEAD,
+            [
+                (
+                    e["regime"],
+                    e["group"],
+                    e["mode"],
+                    e["points"],
+                    _r(e["worst_vs_peer_gpu"]),
+                    e["worst_vs_peer_gpu_at"] or "–",
+                    _r(e["worst_vs_peer_whole"]),
+                    e["worst_vs_peer_whole_at"] or "–",
+                    _pct(e["worst_pct"]),
+                    e["worst_pct_at"] or "–",
+                    _pct(e["median_pct"]),
+                )
+                for e in s["worst"]
+            ],
+            markdown=True,
+        )
     )
     n = s["noise"]
     out += [
@@ -560,20 +561,23 @@ def markdown(merged: dict, summary: dict | None = None) -> str:
         "spread (max - min) / min of the times of one implementation and direction.",
         "",
     ]
-    out += md_table(
-        NOISE_HEAD,
-        [
-            (
-                mode,
-                b["series"],
-                b["measurements"],
-                _frac(b["gpu_median"]),
-                _frac(b["gpu_max"]),
-                _frac(b["whole_median"]),
-                _frac(b["whole_max"]),
-            )
-            for mode, b in n["by_mode"].items()
-        ],
+    out.append(
+        tables.table(
+            NOISE_HEAD,
+            [
+                (
+                    mode,
+                    b["series"],
+                    b["measurements"],
+                    _frac(b["gpu_median"]),
+                    _frac(b["gpu_max"]),
+                    _frac(b["whole_median"]),
+                    _frac(b["whole_max"]),
+                )
+                for mode, b in n["by_mode"].items()
+            ],
+            markdown=True,
+        )
     )
     out += [
         "",
@@ -621,7 +625,7 @@ def write_merged(merged: dict, outputs: Path) -> tuple[Path, Path]:
     for path in (json_path, md_path):
         keep_earlier_run("sweep", path)
     write_json(json_path, dict(merged, noise=s["noise"], worst=s["worst"], targets=s["targets"]))
-    write_whole(md_path, markdown(merged, s))
+    write_atomic(md_path, markdown(merged, s))
     return json_path, md_path
 
 
@@ -732,7 +736,7 @@ def speed_page(merged: dict, command: str, figure: str | None) -> str:
         f"within the noise ({_frac(noise)}, the largest spread of a point measured twice); vs peer: the peer's "
         "time over Triton's (below 1: Triton slower).",
         "",
-        *md_table(SUMMARY_HEAD, summary_rows(s["ratios"], noise)),
+        tables.table(SUMMARY_HEAD, summary_rows(s["ratios"], noise), markdown=True),
         "",
     ]
     body = markdown(merged, s).split("\n", 1)[1].lstrip("\n")

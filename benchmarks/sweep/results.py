@@ -24,7 +24,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..common import plain
+from rmsnorm_kernel.jsonio import dumps, plain
+
 from ..rows import tbps
 from .measure import Row
 
@@ -46,7 +47,7 @@ def _round(value):
 
 
 def _line(obj: dict) -> str:
-    return json.dumps(plain(obj), separators=(",", ":"), allow_nan=False) + "\n"
+    return dumps(obj, indent=None) + "\n"
 
 
 def point_line(rows: Sequence[Row | dict]) -> str:

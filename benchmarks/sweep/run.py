@@ -58,6 +58,7 @@ from pathlib import Path
 import torch
 import triton
 
+from rmsnorm_kernel.atomic import write_atomic
 from rmsnorm_kernel.checks.figures import FigureResult
 from rmsnorm_kernel.checks.report import outputs_problem
 from rmsnorm_kernel.ops.backend import CUDA, backend
@@ -70,7 +71,6 @@ from ..common import (
     file_problem,
     keep_earlier_run,
     run_interruptible,
-    write_whole,
 )
 from ..impls import IMPLS, liger_version, make_impl, parse_impls, without_gpu
 from ..timing import Timer, no_timer
@@ -384,7 +384,7 @@ def write_report(args) -> int:
         fig = figures.sweep_figure(merged, figure_path)
     except Exception as exc:  # a drawing bug must not hide the page
         fig = FigureResult(figures.FIGURE, "failed", f"{type(exc).__name__}: {exc}")
-    write_whole(page, report.speed_page(merged, report_command(args), figure_path.name if fig.path else None))
+    write_atomic(page, report.speed_page(merged, report_command(args), figure_path.name if fig.path else None))
     wrong = sum(r["impl"] == "triton" and not r.get("ok") for r in merged["rows"])
     print(f"wrote {page} ({wrong} Triton row(s) off the oracle, listed there); figure {figure_path.name}: {fig.status}")
     return 0

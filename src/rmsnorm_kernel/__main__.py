@@ -1,5 +1,5 @@
-"""``python -m rmsnorm_kernel <command>``: see ``rmsnorm_kernel.checks.cli``."""
+"""``python -m rmsnorm_kernel <command>``: see ``rmsnorm_kernel.checks.main``."""
 
-from .checks.cli import main
+from .checks.main import main
 
 raise SystemExit(main())

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from benchmarks import residual_add
+from tests.helpers import markdown_rows
 
 
 def test_every_implementation_passes_its_check_and_is_timed_in_both_directions(device):
@@ -68,10 +69,10 @@ def test_table_marks_the_fastest_and_a_failed_check(tmp_path, capsys):
     path = tmp_path / "r.json"
     path.write_text(json.dumps(dict(dtype="bfloat16", rows=rows)))
     assert residual_add.main(["--table", str(path)]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0] == "| rows x N (bfloat16) | direction | triton | compile | liger | eager |"
+    rows = markdown_rows(capsys.readouterr().out)
+    assert rows[0] == ["rows x N (bfloat16)", "direction", "triton", "compile", "liger", "eager"]
     # the fastest result on its oracle is bold, not a faster one off it
-    assert out[2] == "| 8 x 16 | fwd | **1.000** | 2.000 | 0.500 † | failed its check, not timed |"
+    assert rows[1] == ["8 x 16", "fwd", "**1.000**", "2.000", "0.500 †", "failed its check, not timed"]
 
 
 def test_table_gives_the_whole_call_beside_the_gpu_time(tmp_path, capsys):
@@ -82,7 +83,7 @@ def test_table_gives_the_whole_call_beside_the_gpu_time(tmp_path, capsys):
     path = tmp_path / "r.json"
     path.write_text(json.dumps(dict(dtype="bfloat16", rows=rows)))
     assert residual_add.main(["--table", str(path)]) == 0
-    assert capsys.readouterr().out.splitlines()[2] == "| 8 x 16 | fwd | **1.000** / 2.50 | 2.000 / 2.25 |"
+    assert markdown_rows(capsys.readouterr().out)[1] == ["8 x 16", "fwd", "**1.000** / 2.50", "2.000 / 2.25"]
 
 
 @pytest.mark.parametrize(
@@ -116,11 +117,11 @@ def test_without_a_gpu_it_says_so_in_one_line_and_exits_2(tmp_path, capsys):
 
 
 def test_its_default_results_file_is_one_clean_removes(tmp_path):
-    from rmsnorm_kernel.checks import clean
+    from rmsnorm_kernel.checks import generated
 
     path = "outputs/residual_add.json"
-    assert residual_add.DEFAULT_JSON == path and clean.is_generated_file(tmp_path, path)
-    assert clean.is_generated_file(tmp_path, path + ".prev1")  # an earlier run's, kept when it ran again
+    assert residual_add.DEFAULT_JSON == path and generated.is_generated_file(tmp_path, path)
+    assert generated.is_generated_file(tmp_path, path + ".prev1")  # an earlier run's, kept when it ran again
 
 
 def test_a_backward_off_the_oracle_marks_only_the_forward_and_backward_row(device, monkeypatch):
@@ -144,7 +145,9 @@ def test_a_backward_off_the_oracle_marks_only_the_forward_and_backward_row(devic
 
 
 def test_an_interrupted_write_is_one_clean_removes_too(tmp_path):
-    from rmsnorm_kernel.checks import clean
+    from rmsnorm_kernel.atomic import temporary_path
+    from rmsnorm_kernel.checks import generated
 
-    assert clean.is_generated_file(tmp_path, "outputs/residual_add.tmp")
-    assert clean.is_generated_file(tmp_path, "outputs/train_step.tmp")
+    for name in ("residual_add.json", "train_step.json", "transformer_step.json"):
+        staged = temporary_path(tmp_path / "outputs" / name)
+        assert generated.is_generated_file(tmp_path, staged.relative_to(tmp_path).as_posix()), staged

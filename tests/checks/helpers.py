@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from rmsnorm_kernel.checks.cli import main
 from rmsnorm_kernel.checks.compile_report import demo_network
+from rmsnorm_kernel.checks.main import main
 from rmsnorm_kernel.training.network import build_network
 
 
@@ -122,3 +122,32 @@ class BreakingNet(nn.Module):
         if h.sum().item() > 1e30:
             h = h * 2
         return self.net.out(h)
+
+
+# --------------------------------------------------------------------------------------------------
+# Each command and its work
+
+#: A command line of each command, and its work (module, function) that must not run on a usage mistake.
+WORK = {
+    "environment": (["environment"], "environment", "environment_facts"),
+    "reference": (["reference"], "gradients", "reference_checks"),
+    "check-forward": (["check-forward", "--quick"], "campaigns", "run_campaign"),
+    "check-backward": (["check-backward", "--quick"], "campaigns", "run_campaign"),
+    "check-gamma": (["check-gamma", "--quick"], "campaigns", "run_campaign"),
+    "check-residual": (["check-residual", "--quick"], "campaigns", "run_campaign"),
+    "negative": (["negative", "--quick"], "negative", "negative_checks"),
+    "exercise": (["exercise"], "exercise", "exercise"),
+    "profile": (["profile"], "profile", "profile_counts"),
+    "compile-report": (["compile-report"], "compile_report", "compile_report"),
+    "figures": (["figures"], "figures", "make_figures"),
+    "check-checkpoints": (["check-checkpoints"], "checkpoint_audit", "audit_checkpoints"),
+    "clean": (["clean", "--scope", "generated", "--dry-run"], "clean", "clean_generated"),
+}
+
+
+def patch_work(monkeypatch, command, effect):
+    """``effect`` in place of the work of ``command`` (``WORK``)."""
+    import importlib
+
+    _, module, name = WORK[command]
+    monkeypatch.setattr(importlib.import_module(f"rmsnorm_kernel.checks.{module}"), name, effect)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_kernel.checks import clean, figures
-from rmsnorm_kernel.checks.cli import build_parser
+from rmsnorm_kernel.checks import clean, generated
 
 from .helpers import run_cli
 
@@ -44,7 +43,8 @@ GENERATED_FILES = [
     "outputs/benchmark-sweep.run.jsonl",
     "outputs/benchmark-sweep.run.after7.jsonl",
     "outputs/benchmark-sweep.run.jsonl.prev1",
-    "outputs/benchmark-sweep.tmp",
+    "outputs/.benchmark-sweep.md.4242.tmp",
+    "outputs/.check-forward.json.4242.tmp",
     "outputs/check-forward.json",
     "outputs/compile-report.json",
     "outputs/compile-report/inductor_output_0.py",
@@ -83,6 +83,7 @@ USER_FILES = [
     "outputs/my_experiments/check-forward.json",  # a report's name, not where reports go
     "outputs/my_experiments/results.csv",
     "outputs/notes.txt",
+    "outputs/.notes.txt.4242.tmp",  # the temporary of a file the project does not write
     "outputs/benchmark-sweep.notes.md",  # near a sweep file's name, not one
     "outputs/benchmark-sweep.part1of2.json",  # not a name the sweep writes
     "runs/summary.txt",
@@ -338,41 +339,6 @@ def test_every_argument_is_checked_before_anything_is_removed(project, tmp_path,
 
 
 # --------------------------------------------------------------------------------------------------
-# The names agree with the code that writes the files
-
-
-def test_the_report_names_are_the_commands_and_the_figure_names_the_figures():
-    (sub,) = [a for a in build_parser()._actions if a.dest == "command"]
-    assert set(clean.REPORT_COMMANDS) == set(sub.choices)
-    assert set(clean.FIGURE_FILES) == set(figures.FIGURES)
-
-
-def test_the_checkpoint_temporary_is_named_as_the_training_names_it(tmp_path, monkeypatch):
-    from rmsnorm_kernel.training import checkpoints
-
-    renamed = []
-    real_replace = os.replace
-    monkeypatch.setattr(
-        checkpoints.os, "replace", lambda src, dst: (renamed.append(Path(src).name), real_replace(src, dst))
-    )
-    checkpoints.atomic_torch_save({"x": 1}, tmp_path / "last.ckpt")
-    (temporary,) = renamed
-    assert clean.is_generated_file(tmp_path, f"checkpoints/triton_seed0/version_0/{temporary}")
-    assert not clean.is_generated_file(tmp_path, f"checkpoints/triton_seed0/{temporary}")  # not in a version folder
-
-
-def test_the_lock_and_probe_files_are_named_as_the_training_names_them(tmp_path):
-    from rmsnorm_kernel.training.checkpoints import LOCK_NAME
-    from rmsnorm_kernel.training.paths import PROBE_PREFIX
-
-    assert clean.is_generated_file(tmp_path, f"checkpoints/triton_seed0/version_0/{LOCK_NAME}")
-    assert not clean.is_generated_file(tmp_path, f"checkpoints/triton_seed0/{LOCK_NAME}")  # not in a version folder
-    for top in ("runs", "checkpoints"):
-        assert clean.is_generated_file(tmp_path, f"{top}/{PROBE_PREFIX}{os.getpid()}")
-    assert not clean.is_generated_file(tmp_path, f"outputs/{PROBE_PREFIX}1")
-
-
-# --------------------------------------------------------------------------------------------------
 # A run in use: its lock is held by a live process
 
 #: A process id above Linux's largest (pid_max is at most 2**22): no process has it.
@@ -480,7 +446,7 @@ def test_the_lock_is_named_as_the_training_names_it():
 def test_the_traceback_train_py_writes_after_a_crash_is_recognised_in_its_hydra_job_folder(tmp_path):
     from rmsnorm_kernel.training.cli import TRACEBACK_NAME
 
-    assert clean.TRACEBACK_NAME == TRACEBACK_NAME
+    assert generated.TRACEBACK_NAME == TRACEBACK_NAME
     for job in ("outputs/hydra/2026-01-02_03-04-05_4194305", "outputs/hydra/multirun/2026-01-02_03-04-06_4194306/0"):
         (tmp_path / job / ".hydra").mkdir(parents=True)
         (tmp_path / job / ".hydra/hydra.yaml").write_text("hydra: {}\n")
@@ -492,16 +458,3 @@ def test_the_traceback_train_py_writes_after_a_crash_is_recognised_in_its_hydra_
     assert done["outputs/hydra/multirun/2026-01-02_03-04-06_4194306/0/traceback.txt"] == clean.REMOVED
     assert done["outputs/hydra/not_a_job/traceback.txt"] == clean.KEPT_USER  # no Hydra job folder around it
     assert not (tmp_path / "outputs/hydra/2026-01-02_03-04-05_4194305").exists()
-
-
-def test_the_record_of_a_runs_end_is_named_as_the_training_names_it(tmp_path):
-    from rmsnorm_kernel.training.resume import END_RECORD, record_end
-
-    assert clean.END_RECORD == END_RECORD
-    folder = tmp_path / "checkpoints/triton_seed0/version_0"
-    folder.mkdir(parents=True)
-    record_end(folder, 4, [])
-    assert [p.name for p in folder.iterdir()] == [END_RECORD]
-    assert clean.is_generated_file(tmp_path, f"checkpoints/triton_seed0/version_0/{END_RECORD}")
-    assert clean.is_generated_file(tmp_path, f"checkpoints/triton_seed0/version_0/.{END_RECORD}.123.tmp")
-    assert not clean.is_generated_file(tmp_path, f"checkpoints/triton_seed0/{END_RECORD}")  # not in a version folder

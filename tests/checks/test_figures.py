@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rmsnorm_kernel.checks import figures
-from rmsnorm_kernel.checks.cli import main
+from rmsnorm_kernel.checks.main import main
 from rmsnorm_kernel.ops.impls import IMPLS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -137,6 +137,14 @@ def test_check_errors_figure_reads_the_reports_the_commands_write(tmp_path, caps
     assert result.status == "written" and is_png(result.path)
     assert {"forward float32 max abs error", "mutant bfloat16 max rel error"} <= set(result.series)
     assert "dx: no" in result.detail
+
+
+def test_check_errors_figure_draws_a_report_whose_failed_case_has_no_error_measured(tmp_path):
+    case = {"dtype": "float32", "max_abs": 1e-7, "max_rel": 1e-6, "atol": 1e-5, "ok": True}
+    failed = {**case, "max_abs": None, "max_rel": None, "ok": False}  # a case that raised: NaN, written null
+    (tmp_path / "check-forward.json").write_text(json.dumps({"cases": [case, failed]}))
+    result = figures.check_errors_figure({"forward": tmp_path / "check-forward.json"}, tmp_path / "e.png")
+    assert result.status == "written" and is_png(result.path)
 
 
 def test_check_errors_figure_with_a_corrupt_report_fails_without_raising(tmp_path):

@@ -121,12 +121,13 @@ def test_a_hyper_parameter_a_checkpoint_may_lack_takes_its_default():
 def test_a_full_disk_raises_the_oserror_naming_the_checkpoint_and_keeps_the_previous_file(tmp_path, monkeypatch):
     import errno
 
+    from rmsnorm_kernel import atomic
     from rmsnorm_kernel.training import checkpoints
 
     path = tmp_path / "last.ckpt"
     atomic_torch_save(FULL, path)
     previous = path.read_bytes()
-    full_disk_after(monkeypatch, checkpoints, "last.ckpt", writes=1)
+    full_disk_after(monkeypatch, atomic, "last.ckpt", writes=1)
     with pytest.raises(checkpoints.CheckpointWriteError) as error:
         atomic_torch_save({**FULL, "global_step": 4}, path)
     assert error.value.errno == errno.ENOSPC and error.value.filename == str(path)

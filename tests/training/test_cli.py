@@ -278,11 +278,11 @@ def test_the_reference_path_runs_at_a_shape_the_triton_contract_refuses_and_pari
 def test_a_full_disk_writing_a_checkpoint_exits_1_with_one_line_naming_it_and_the_last_good_checkpoint(
     tmp_path, capsys, monkeypatch
 ):
-    from rmsnorm_kernel.training import checkpoints
+    from rmsnorm_kernel import atomic
 
     folder = tmp_path / "checkpoints/reference_seed0/version_0"
     with monkeypatch.context() as m:
-        full_disk_after(m, checkpoints, "last.ckpt", writes=2)  # last.ckpt at step 4, after step00004.ckpt
+        full_disk_after(m, atomic, "last.ckpt", writes=2)  # last.ckpt at step 4, after step00004.ckpt
         code, line = exits(tmp_path, capsys, "norm=reference")
     assert (code, line) == (
         1,

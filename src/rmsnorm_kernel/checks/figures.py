@@ -183,6 +183,11 @@ def training_figure(runs_dir: Path, out: Path, kind: str = "training_mse.png") -
 # Error distributions of the check campaigns
 
 
+def _number(value) -> float:
+    """A number of a report; null (``jsonio``: not measured, a NaN when written) as NaN."""
+    return math.nan if value is None else float(value)
+
+
 def check_errors_figure(reports: dict[str, Path], out: Path) -> FigureResult:
     """``reports``: {campaign label: path of the JSON report a check command wrote}."""
     name = out.name
@@ -195,7 +200,8 @@ def check_errors_figure(reports: dict[str, Path], out: Path) -> FigureResult:
         try:
             cases = json.loads(path.read_text())["cases"]
             loaded[label] = [
-                (c["dtype"], float(c["max_abs"]), float(c["max_rel"]), float(c["atol"]), bool(c["ok"])) for c in cases
+                (c["dtype"], _number(c["max_abs"]), _number(c["max_rel"]), float(c["atol"]), bool(c["ok"]))
+                for c in cases
             ]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             notes.append(f"{label}: {path} is not a check report ({type(exc).__name__}: {exc})")

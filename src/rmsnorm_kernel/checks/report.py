@@ -1,18 +1,16 @@
-"""What every check command shares: names and one-line errors for its records, its table, its JSON report."""
+"""What every check command shares: names and one-line errors for its records, and its JSON report."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import errno
-import json
 import math
 import os
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
 
+from ..jsonio import write_json
 from ..ops.backend import backend, kernel_device_type
 
 
@@ -34,55 +32,9 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
-def cell(v) -> str:
-    """A value as a table shows it: yes/no, three significant digits, '-' for NaN, tuples in parentheses."""
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return "-" if math.isnan(v) else f"{v:.3g}"
-    if isinstance(v, tuple):
-        return "(" + ", ".join(map(str, v)) + ")"
-    return str(v)
-
-
 def digits(v: float) -> str:
     """Seven significant digits: enough to tell 0.9999995 from 1."""
     return "-" if math.isnan(v) else f"{v:.7g}"
-
-
-def format_table(
-    headers: Sequence[str], rows: Sequence[Sequence], right: Iterable[int] = (), groups: Sequence | None = None
-) -> str:
-    """``rows`` under ``headers``, each value as ``cell`` writes it; the columns in ``right`` aligned right,
-    the others left; a blank line wherever ``groups`` (one key per row) changes."""
-    right = set(right)
-    cells = [[str(h) for h in headers]] + [[cell(v) for v in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def line(r: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-
-    lines = [line(cells[0]), "  ".join("-" * w for w in widths)]
-    for i, r in enumerate(cells[1:]):
-        if groups is not None and i and groups[i] != groups[i - 1]:
-            lines.append("")
-        lines.append(line(r))
-    return "\n".join(lines)
-
-
-def jsonable(obj):
-    """``obj`` with dataclasses, tuples, dtypes, paths and non-finite floats turned into JSON values."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return jsonable(dataclasses.asdict(obj))
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)  # "nan", "inf": standard JSON has no such numbers
-    if isinstance(obj, (torch.dtype, Path)):
-        return str(obj)
-    return obj
 
 
 #: The errors of a write that the disk or the file system refused.
@@ -111,8 +63,8 @@ def report_path(outputs: Path, command: str) -> Path:
 
 
 def write_report(outputs: Path, command: str, ok: bool, body: dict) -> Path:
-    """``<outputs>/<command>.json`` (``report_path``) with what every report carries, then ``body``."""
-    outputs.mkdir(parents=True, exist_ok=True)
+    """``<outputs>/<command>.json`` (``report_path``) with what every report carries, then ``body``
+    (written by ``jsonio.write_json``: NaN and infinities as null)."""
     path = report_path(outputs, command)
     report = {
         "command": command,
@@ -123,5 +75,4 @@ def write_report(outputs: Path, command: str, ok: bool, body: dict) -> Path:
         "torch": torch.__version__,
         **body,
     }
-    path.write_text(json.dumps(jsonable(report), indent=2) + "\n")
-    return path
+    return write_json(path, report)

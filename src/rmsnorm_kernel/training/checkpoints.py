@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-TMP_SUFFIX = ".tmp"
+from ..atomic import TMP_SUFFIX, write_atomic
+
 REQUIRED_KEYS = ("state_dict", "hyper_parameters", "optimizer_states", "loops", "global_step")
 
 
@@ -44,24 +45,8 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     path = Path(path)
     buffer = io.BytesIO()
     torch.save(obj, buffer)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(tmp, "wb") as f:
-                f.write(buffer.getbuffer())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-        # The rename itself must reach the disk too: sync the folder's entry.
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_atomic(path, buffer.getbuffer())
     except OSError as e:
         raise CheckpointWriteError(e.errno, e.strerror or str(e), str(path)) from e
 

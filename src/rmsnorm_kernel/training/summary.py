@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
@@ -12,6 +11,7 @@ from dataclasses import asdict
 
 from hydra.experimental.callback import Callback as HydraCallback
 
+from ..jsonio import write_json
 from .callbacks import COMPARED, KERNEL, ORACLE, parity_tag
 from .events import read_scalars
 from .paths import project_path
@@ -219,17 +219,6 @@ def table_row(r: RunResult) -> dict:
     }
 
 
-def finite_or_null(obj):
-    """``obj`` with every NaN or infinite float replaced by None, for standard JSON."""
-    if isinstance(obj, dict):
-        return {k: finite_or_null(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite_or_null(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
 class MultirunSummary(HydraCallback):
     """After ``train.py -m``: one table of the runs that finished, then one line per job (its overrides,
     and OK or the one-line reason it failed), printed and written to ``paths.runs``; exits 1 with one line
@@ -289,7 +278,7 @@ class MultirunSummary(HydraCallback):
             "jobs": self.jobs,
         }
         # a metric that is not measured here (NaN: the RMSNorm GPU time on the CPU) is null: JSON has no NaN
-        (out_dir / f"summary_{stamp}.json").write_text(json.dumps(finite_or_null(report), indent=2, allow_nan=False))
+        write_json(out_dir / f"summary_{stamp}.json", report)
         print(f"summary written to {out_dir / f'summary_{stamp}.md'}", flush=True)
         failed = [j for j in self.jobs if not j["ok"]]
         if failed:
