@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from rmsnorm_kernel.ops import kernels, launch
+from rmsnorm_kernel.ops import launch, launchers
 from rmsnorm_kernel.ops.backend import CUDA, backend
 from rmsnorm_kernel.ops.reference import oracle
 from rmsnorm_kernel.testing import make_inputs
@@ -81,14 +81,14 @@ BASE = "base"
 @contextlib.contextmanager
 def overrides(**constants):
     """Set constants of ``launch`` for the duration of the block, then restore them; the plan cache is
-    cleared before and after. Refuses names ``launch`` lacks, and names the launchers in ``kernels``
+    cleared before and after. Refuses names ``launch`` lacks, and names the launchers in ``launchers``
     bound at import (an override in ``launch`` would not reach their launches)."""
     for name in constants:
         if not hasattr(launch, name):
             raise AttributeError(f"launch_sweep: rmsnorm_kernel.ops.launch has no constant {name}")
-        if hasattr(kernels, name):
+        if hasattr(launchers, name):
             raise ValueError(
-                f"launch_sweep: {name} is read by the launchers in kernels.py directly; "
+                f"launch_sweep: {name} is read by the launchers in launchers.py directly; "
                 "an override would not reach them"
             )
     saved = {name: getattr(launch, name) for name in constants}

@@ -43,7 +43,7 @@ def test_the_sweep_refuses_constants_an_override_would_not_reach():
     with pytest.raises(AttributeError, match="no constant TILE_ELEMENT"):
         with launch_sweep.overrides(TILE_ELEMENT=1):
             pass
-    # bound into kernels.py at import: the launchers would keep launching the old value
+    # bound into launchers.py at import: the launchers would keep launching the old value
     with pytest.raises(ValueError, match="SUM_BLOCK_P is read by the launchers"):
         with launch_sweep.overrides(SUM_BLOCK_P=16):
             pass
