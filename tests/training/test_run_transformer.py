@@ -120,9 +120,9 @@ def test_q_and_k_norms_add_two_triton_calls_per_block(tmp_path):
 
 def test_the_loss_falls_below_a_uniform_guess_over_bytes(tmp_path):
     """ln(256) is the loss of a model that has learned nothing; the bytes of source code are far from
-    uniform, and forty steps learn that."""
+    uniform, and twenty steps learn that."""
     result = train(
-        tmp_path, "norm=reference", *TINY_LM, "trainer.max_steps=40", "trainer.val_check_interval=40", "model.lr=1e-2"
+        tmp_path, "norm=reference", *TINY_LM, "trainer.max_steps=20", "trainer.val_check_interval=20", "model.lr=1e-2"
     )
     assert result.ok, result.failures
     assert result.metrics["val/loss"] < math.log(256) - 1.0
