@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import errno
 import json
 import math
 import os
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from ..files import WRITE_ERRNOS  # noqa: F401  (re-exported: the check commands take it from here)
 from ..ops.backend import backend, kernel_device_type
 
 
@@ -83,10 +83,6 @@ def jsonable(obj):
     if isinstance(obj, (torch.dtype, Path)):
         return str(obj)
     return obj
-
-
-#: The errors of a write that the disk or the file system refused.
-WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM})
 
 
 def outputs_problem(outputs: Path) -> str | None:
