@@ -16,11 +16,10 @@ import math
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .. import startup
+from .. import signals
 from ..ops.backend import backend, kernel_device_type
 from ..ops.contract import MAX_N
 from ..ops.tolerances import TOLERANCES
@@ -82,12 +81,7 @@ def at_least(minimum: float, kind: type = int, maximum: float | None = None):
 # Ctrl+C and SIGTERM
 
 
-class Terminated(BaseException):
-    """SIGTERM arrived while a command ran (raised in the main thread, as Ctrl+C raises KeyboardInterrupt)."""
-
-
-def _raise_terminated(signum, frame):
-    raise Terminated()
+Terminated = signals.Terminated
 
 
 def interrupt_status(exc: BaseException) -> tuple[str, int]:
@@ -104,15 +98,10 @@ def run_interruptible(prog: str, body: Callable[[], int]) -> int:
     status 1; files already written stay as they are.
 
     The one mechanism of every check command and of ``python -m benchmarks.*``. Before ``body``, while
-    the command starts, ``startup.guard`` has the signals; after it, in a command, they are ignored, so
-    that one arriving while Python shuts down cannot replace the status ``body`` decided."""
-    in_main = threading.current_thread() is threading.main_thread()
-    command = in_main and startup.guarded()
-    if command and startup.guarding(signal.getsignal(signal.SIGINT)):  # Ctrl+C back to Python
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
-    if previous is None:  # a handler installed outside Python: put the default back afterwards
-        previous = signal.SIG_DFL
+    the command starts, ``signals.guard`` has the signals; after it, in a command, they are ignored, so
+    that one arriving while Python shuts down cannot replace the status ``body`` decided
+    (``signals.command_takes_over``)."""
+    done = signals.command_takes_over()
     status = FAILED
     try:
         status = body()
@@ -127,21 +116,8 @@ def run_interruptible(prog: str, body: Callable[[], int]) -> int:
         print(f"{prog}: {cause}: {os.strerror(exc.errno)}, writing {where}; exit status {FAILED}", file=sys.stderr)
         status = FAILED
     finally:
-        try:
-            _after_body(in_main, command, previous)
-        except (KeyboardInterrupt, Terminated):  # arrived as the status was decided: that status stands
-            _after_body(in_main, command, previous)
+        done()
     return status
-
-
-def _after_body(in_main: bool, command: bool, previous) -> None:
-    """A command's exit status is decided: later signals are ignored. Elsewhere (a test calling a
-    command's ``main``): SIGTERM's handler as it was."""
-    if command:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    elif in_main:
-        signal.signal(signal.SIGTERM, previous)
 
 
 # --------------------------------------------------------------------------------------------------
