@@ -13,7 +13,7 @@ import sys
 
 def _stopped_while_starting(signum, frame):
     # Ctrl+C or SIGTERM while the imports below run (seconds: torch): one line, as
-    # rmsnorm_kernel.startup gives python -m commands (importing it would import torch first).
+    # rmsnorm_kernel.signals gives python -m commands (importing it would import torch first).
     print(f"train.py: stopped by {signal.Signals(signum).name} while starting; nothing was done", file=sys.stderr)
     sys.stderr.flush()
     os._exit(128 + signum)

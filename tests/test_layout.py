@@ -97,3 +97,13 @@ def test_the_package_never_imports_the_benchmarks():
     graph = import_graph()
     offenders = {m: sorted(e for e in edges if e.startswith("benchmarks")) for m, edges in graph.items()}
     assert {m: e for m, e in offenders.items() if m.startswith("rmsnorm_kernel") and e} == {}
+
+
+def test_training_never_imports_the_check_commands():
+    graph = import_graph()
+    upward = {
+        m: sorted(e for e in edges if e.startswith("rmsnorm_kernel.checks"))
+        for m, edges in graph.items()
+        if m.startswith("rmsnorm_kernel.training")
+    }
+    assert {m: e for m, e in upward.items() if e} == {}

@@ -43,14 +43,12 @@ checked before any work) or no GPU. A wrong peer is a finding in its row, not a 
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import platform
 import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -62,6 +60,7 @@ from rmsnorm_kernel.atomic import write_atomic
 from rmsnorm_kernel.checks.figures import FigureResult
 from rmsnorm_kernel.checks.report import outputs_problem
 from rmsnorm_kernel.ops.backend import CUDA, backend
+from rmsnorm_kernel.signals import stop_after_current
 
 from ..common import (
     OneLineParser,
@@ -135,30 +134,9 @@ def commit() -> str | None:
 # --------------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def stop_on_signal():
-    """While the sweep runs, SIGINT (Ctrl+C) and SIGTERM ask it to stop after the point in progress rather
-    than interrupting whatever runs (an import, a compile, a timing), which would turn into a wrong row.
-    Yields a callable giving the signal's name once one arrived (None before). A second signal acts as
-    it would without this (only in the main thread, where Python runs signal handlers)."""
-    received: list[str] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: None
-        return
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def handler(signum, frame):
-        received.append(signal.Signals(signum).name)
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-    for s in previous:
-        signal.signal(s, handler)
-    try:
-        yield lambda: received[0] if received else None
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+#: While the sweep runs, SIGINT (Ctrl+C) and SIGTERM ask it to stop after the point in progress rather
+#: than interrupting whatever runs (an import, a compile, a timing), which would turn into a wrong row.
+stop_on_signal = stop_after_current
 
 
 def run_points(

@@ -9,11 +9,11 @@ kernel (its own ``tl`` helpers included, at ``import triton``). Where Triton was
 ``transformers``, say), ``ops.backend`` has Triton's helpers decorated again for the interpreter, so the
 order of imports does not matter.
 
-Before that, ``startup.guard_if_command`` gives a ``python -m`` command one line for Ctrl+C while it
+Before that, ``signals.guard_if_command`` gives a ``python -m`` command one line for Ctrl+C while it
 starts.
 """
 
-from .startup import guard_if_command as _guard_if_command
+from .signals import guard_if_command as _guard_if_command
 
 _guard_if_command()
 

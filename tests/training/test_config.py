@@ -252,7 +252,7 @@ def test_unknown_accelerators_and_strategies_are_refused(base_cfg):
 def test_the_accepted_strategies_are_lightnings():
     from lightning.pytorch.strategies import StrategyRegistry
 
-    # fsdp2: Lightning's ModelParallelStrategy, which has no name in the registry (training/run.py)
+    # fsdp2: Lightning's ModelParallelStrategy, which has no name in the registry (training/trainer.py)
     assert set(STRATEGIES) - {"auto", "fsdp2"} <= set(StrategyRegistry.available_strategies())
 
 

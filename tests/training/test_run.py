@@ -19,11 +19,13 @@ from rmsnorm_kernel.ops.contract import MAX_N, ContractError
 from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.ops.reference import rmsnorm_reference
 from rmsnorm_kernel.ops.tolerances import TOLERANCES, TRAINING_CURVE_RTOL
-from rmsnorm_kernel.training.callbacks import COMPARED, PathVerdict, parity_name, parity_tag
 from rmsnorm_kernel.training.checkpoints import read_checkpoint
 from rmsnorm_kernel.training.events import read_scalars
 from rmsnorm_kernel.training.network import build_network
-from rmsnorm_kernel.training.run import RunResult, build, failed_checks
+from rmsnorm_kernel.training.parity import COMPARED, PathVerdict, parity_name, parity_tag
+from rmsnorm_kernel.training.result import RunResult
+from rmsnorm_kernel.training.run import build
+from rmsnorm_kernel.training.verdicts import failed_checks
 from tests.helpers import DEVICE, compose_cfg, train_process
 
 from .helpers import (
@@ -171,7 +173,9 @@ def test_hparams_record_the_backend_with_the_mses_and_the_run_time_as_metrics(al
     assert session.hparams["backend"].string_value in ("cuda", "interpreter")
     assert session.hparams["norm.impl"].string_value == "triton"
     assert session.hparams["trainer.max_steps"].number_value == STEPS
+    assert session.hparams["compile"].WhichOneof("kind") == "bool_value"  # a boolean, not 0.0000
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+    assert experiment.hparam_infos[0].name == "norm.impl" and experiment.hparam_infos[0].differs
     assert [m.name.tag for m in experiment.metric_infos] == ["train/mse", "val/mse", "test/mse", "time/run_s"]
 
 
@@ -375,10 +379,3 @@ def test_only_global_process_0_claims_folders_before_the_trainer_exists(monkeypa
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert process_zero() is zero
-
-
-def test_hparams_record_the_settings_not_the_defaults_the_run_name_is_relative_to():
-    from rmsnorm_kernel.training.run import flat_hparams
-
-    params = flat_hparams(compose_cfg(["model.hidden_dim=128"]))
-    assert params["model.hidden_dim"] == 128 and not [k for k in params if k.startswith("name_defaults")]

@@ -9,7 +9,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from rmsnorm_kernel.ops.impls import IMPLS
-from rmsnorm_kernel.training.run import RunResult
+from rmsnorm_kernel.training.result import RunResult
 from rmsnorm_kernel.training.summary import MultirunSummary, format_summary, summary_table
 
 METRICS = {

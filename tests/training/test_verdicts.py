@@ -12,8 +12,8 @@ import signal
 import pytest
 
 from rmsnorm_kernel.ops import launchers
-from rmsnorm_kernel.training.callbacks import Interrupted
 from rmsnorm_kernel.training.checkpoints import atomic_torch_save, read_checkpoint
+from rmsnorm_kernel.training.on_signal import Interrupted
 from rmsnorm_kernel.training.summary import format_summary
 
 from .helpers import DDP, checkpoint_of, main, needs_two_processes, scalars_of, shared_run, signal_after_step, train

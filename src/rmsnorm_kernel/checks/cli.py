@@ -14,11 +14,10 @@ import math
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable
 
-from .. import startup
-from .report import WRITE_ERRNOS
+from .. import signals
+from ..files import WRITE_ERRNOS
 
 OK, FAILED, USAGE = 0, 1, 2
 #: The exit status of a command stopped by a signal: 128 + the signal's number, as a shell reports it.
@@ -61,12 +60,7 @@ def at_least(minimum: float, kind: type = int, maximum: float | None = None):
 # Ctrl+C and SIGTERM
 
 
-class Terminated(BaseException):
-    """SIGTERM arrived while a command ran (raised in the main thread, as Ctrl+C raises KeyboardInterrupt)."""
-
-
-def _raise_terminated(signum, frame):
-    raise Terminated()
+Terminated = signals.Terminated
 
 
 def interrupt_status(exc: BaseException) -> tuple[str, int]:
@@ -83,15 +77,10 @@ def run_interruptible(prog: str, body: Callable[[], int]) -> int:
     status 1; files already written stay as they are.
 
     The one mechanism of every check command and of ``python -m benchmarks.*``. Before ``body``, while
-    the command starts, ``startup.guard`` has the signals; after it, in a command, they are ignored, so
-    that one arriving while Python shuts down cannot replace the status ``body`` decided."""
-    in_main = threading.current_thread() is threading.main_thread()
-    command = in_main and startup.guarded()
-    if command and startup.guarding(signal.getsignal(signal.SIGINT)):  # Ctrl+C back to Python
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
-    if previous is None:  # a handler installed outside Python: put the default back afterwards
-        previous = signal.SIG_DFL
+    the command starts, ``signals.guard`` has the signals; after it, in a command, they are ignored, so
+    that one arriving while Python shuts down cannot replace the status ``body`` decided
+    (``signals.command_takes_over``)."""
+    done = signals.command_takes_over()
     status = FAILED
     try:
         status = body()
@@ -106,18 +95,5 @@ def run_interruptible(prog: str, body: Callable[[], int]) -> int:
         print(f"{prog}: {cause}: {os.strerror(exc.errno)}, writing {where}; exit status {FAILED}", file=sys.stderr)
         status = FAILED
     finally:
-        try:
-            _after_body(in_main, command, previous)
-        except (KeyboardInterrupt, Terminated):  # arrived as the status was decided: that status stands
-            _after_body(in_main, command, previous)
+        done()
     return status
-
-
-def _after_body(in_main: bool, command: bool, previous) -> None:
-    """A command's exit status is decided: later signals are ignored. Elsewhere (a test calling a
-    command's ``main``): SIGTERM's handler as it was."""
-    if command:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    elif in_main:
-        signal.signal(signal.SIGTERM, previous)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import datetime
-import errno
 import math
 import os
 from pathlib import Path
 
 import torch
 
+from ..files import WRITE_ERRNOS  # noqa: F401  (re-exported: the check commands take it from here)
 from ..jsonio import write_json
 from ..ops.backend import backend, kernel_device_type
 
@@ -35,10 +35,6 @@ def verdict(ok: bool) -> str:
 def digits(v: float) -> str:
     """Seven significant digits: enough to tell 0.9999995 from 1."""
     return "-" if math.isnan(v) else f"{v:.7g}"
-
-
-#: The errors of a write that the disk or the file system refused.
-WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM})
 
 
 def outputs_problem(outputs: Path) -> str | None:

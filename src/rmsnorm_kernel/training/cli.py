@@ -27,14 +27,11 @@ removed again (``HydraFolders``).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shlex
 import shutil
-import signal
 import sys
-import threading
 import traceback
 from pathlib import Path
 
@@ -46,13 +43,16 @@ from omegaconf import DictConfig
 
 from ..ops.backend import backend
 from ..ops.contract import ContractError
-from .callbacks import Interrupted, Stopped
+from ..signals import Stopped, exit_status, stop_the_command
 from .checkpoints import CheckpointError, RunInUse
 from .config import ConfigError
+from .faults import OutputError
 from .model import TrainingStopped
+from .on_signal import Interrupted
 from .paths import PathError, run_name
+from .result import RunResult
 from .resume import record_end
-from .run import OutputError, RunResult, run
+from .run import run
 from .summary import format_summary
 
 PROG = "train.py"
@@ -157,30 +157,10 @@ def hydra_message(e: BaseException) -> str:
     )
 
 
-@contextlib.contextmanager
-def signals_stop_the_command():
-    """SIGINT and SIGTERM raise ``Stopped`` (in the main thread, where Python runs signal handlers).
-    While training, ``callbacks.sigint_as_sigterm`` and Lightning's SIGTERM handling replace them, and
-    ``run.py`` leaves SIGTERM to Lightning alone; both are put back after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise Stopped(signal.Signals(signum).name)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
 def main(cfg: DictConfig) -> RunResult:
     """One run; a failed check exits non-zero (at the end of a multirun, after every run)."""
     try:
-        with signals_stop_the_command():
+        with stop_the_command():
             if not multirun():
                 return run_and_report(cfg)
             try:
@@ -193,7 +173,7 @@ def main(cfg: DictConfig) -> RunResult:
         name = e.signal_name if isinstance(e, Stopped) else "SIGINT"
         last = getattr(e, "last_good", None)
         print(f"{PROG}: stopped by {name}" + (f"; {last}" if last else ""), file=sys.stderr, flush=True)
-        sys.exit(128 + signal.Signals[name].value)  # in a multirun too: no further job starts
+        sys.exit(exit_status(name))  # in a multirun too: no further job starts
     return RunResult(name=run_name(cfg), impl=cfg.norm.impl, seed=cfg.seed, backend=backend(), stopped=reason)
 
 
@@ -236,7 +216,7 @@ def run_and_report(cfg: DictConfig) -> RunResult:
         fail(f"run stopped: {e}", 1)
     except Interrupted as e:  # a signal stops a multirun as a whole
         print(f"{PROG}: {e}; resume with: {resume_command(e.checkpoint)}", file=sys.stderr, flush=True)
-        sys.exit(128 + getattr(signal, e.signal_name).value)
+        sys.exit(exit_status(e.signal_name))
     except ContractError as e:
         fail(f"training stopped: {e} (norm.fallback=reference sends such inputs to the reference)", 1)
     except Exception as e:

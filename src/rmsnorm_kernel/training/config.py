@@ -140,7 +140,7 @@ ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 STRATEGIES = (
     "auto",
     "single_device",
-    "fsdp2",  # FSDP2 through Lightning's ModelParallelStrategy: training/run.py lightning_strategy
+    "fsdp2",  # FSDP2 through Lightning's ModelParallelStrategy: training/trainer.py lightning_strategy
     "ddp",
     "ddp_spawn",
     "ddp_fork",

@@ -50,7 +50,7 @@ class RMSNormRegressor(L.LightningModule):
 
     Calls are counted by settlement (``settle_calls``): the kernels' own counters
     (``rmsnorm_kernel.call_counts()``) are read at the edges of every other activity that may run the
-    Triton path (validation, test, ``callbacks.Parity``, the probe outputs a checkpoint records), and the
+    Triton path (validation, test, ``parity.Parity``, the probe outputs a checkpoint records), and the
     calls since the previous reading go to the stage that ran in between. Between those edges only
     training steps run, so the training counts hold exactly the calls training made (on the Triton path,
     one forward and one backward per norm layer call in a step: ``network.norm_calls_per_step``). Counts
@@ -99,7 +99,7 @@ class RMSNormRegressor(L.LightningModule):
             "val/forward": 0,
             "test/forward": 0,
             "parity/forward": 0,
-            "parity/backward": 0,  # callbacks.Parity's own Triton calls
+            "parity/backward": 0,  # parity.Parity's own Triton calls
         }
         self._test_sum = 0.0
         self._test_count = 0

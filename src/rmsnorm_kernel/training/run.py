@@ -1,72 +1,52 @@
-"""One training run from a composed configuration, and the checks that end it.
+"""One training run from a composed configuration, top to bottom: compose (``validate``), build (the
+module, the data, the resume), fit, test, check (``verdicts.failed_checks``), summarise (HPARAMS and the
+``RunResult`` that ``cli`` prints).
 
 ``run(cfg)`` trains the network of ``cfg.model.kind`` (the regression or the language model, ``network.py``)
-with the RMSNorm path that ``cfg.norm.impl`` names and then checks:
-
-- initial parity: on the first batch, from the same weights, the Triton path and the native path
-  (``F.rms_norm``) each give the reference's outputs and gradients within the tolerance of
-  ``ops/tolerances.py``, whichever path the run trains on (``callbacks.Parity``, which repeats the
-  comparison every ``parity.every_n_steps`` steps and stops the run when it fails there);
-- integration: the Triton path's wrappers ran once forward and once backward per norm call of each
-  training step (``network.norm_calls_per_step``; the other paths never called them); a Triton run in
-  which no training step ran on Triton fails, naming the fallback count and the first reason, even when
-  every step fell back as allowed;
-- reload parity: the final checkpoint, loaded into a fresh module, gives bit-identical test outputs and
-  the same RMSNorm path.
-
-Before the model is built, the runs and checkpoint folders are created and proved writable
-(``paths.prepare_folder``); a refusal before any work removes the folders it created.
+with the RMSNorm path that ``cfg.norm.impl`` names. Before the model is built, the runs and checkpoint
+folders are created and proved writable (``paths.prepare_folder``); a refusal before any work removes the
+folders it created.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import hashlib
 import os
-import signal
 import statistics
-import threading
 import time
-import traceback
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import lightning as L
 import torch
+from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_only
-from omegaconf import DictConfig, OmegaConf
-from torch.utils.data import DataLoader
-from torch.utils.tensorboard.summary import hparams as hparams_summary
+from omegaconf import DictConfig
 
-from ..checks.report import WRITE_ERRNOS
 from ..ops.backend import backend
 from ..ops.contract import ContractError
 from ..ops.counters import counting
-from ..ops.tolerances import TOLERANCES
-from .callbacks import (
-    KERNEL,
-    Interrupted,
-    Parity,
-    SaveOnSignal,
-    StepCheckpoints,
-    StepProgressBar,
-    StepTimer,
-    ValidateAtLastStep,
-    parity_tag,
-    sigint_as_sigterm,
-)
-from .checkpoints import AtomicCheckpointIO, RunLock, last_good_checkpoint, remove_stale_temporaries
-from .config import MODEL_KINDS, ConfigError, count_devices, validate
+from ..signals import sigint_as_sigterm, sigterm_recorded
+from .checkpoints import RunLock, remove_stale_temporaries
+from .config import MODEL_KINDS, validate
 from .data import SplitData, SyntheticRegressionData, TextData
-from .events import read_scalars, run_event_writer, write_layout
+from .events import read_scalars, write_layout
+from .faults import OutputError, describe_write_failure, last_good_line, write_failure, writer_thread_errors_quiet
+from .hparams import flat_hparams, write_hparams
 from .model import RMSNormRegressor, TrainingStopped
-from .network import LOSS_NAMES, network_copy, network_input, norm_calls_per_step, sharded
-from .paths import NAME_DEFAULTS, claim_version, prepare_folder, project_path, remove_folders, run_name
+from .network import LOSS_NAMES, network_copy, norm_calls_per_step, sharded
+from .on_signal import Interrupted, SaveOnSignal
+from .parity import Parity, parity_tag
+from .paths import claim_version, prepare_folder, project_path, remove_folders, run_name
+from .progress import StepProgressBar
+from .result import RunResult, state_dict_sha256
 from .resume import RecordIdentity, mark_branch, mark_restart, record_end, resolve_resume, run_identity
+from .step_checkpoints import StepCheckpoints, ValidateAtLastStep
+from .timing import StepTimer
+from .trainer import check_precision, trainer_kwargs
+from .verdicts import failed_checks, reload_max_abs_diff
+
+__all__ = ["OutputError", "RunResult", "build", "process_zero", "run"]
 
 
 def process_zero() -> bool:
@@ -74,60 +54,6 @@ def process_zero() -> bool:
     global rank when the Trainer is built; before that it holds the environment's RANK, LOCAL_RANK or
     SLURM_PROCID, and under Lightning's own launcher NODE_RANK alone names the machine)."""
     return rank_zero_only.rank == 0 and int(os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", "0"))) == 0
-
-
-@dataclass
-class RunResult:
-    name: str
-    impl: str
-    seed: int
-    backend: str
-    loss_name: str = "mse"  # the metrics' name of the network's loss (network.LOSS_NAMES)
-    norm_calls_per_step: int = 1  # RMSNorm calls in one forward of the network (network.norm_calls_per_step)
-    steps: int = 0
-    log_dir: str = ""
-    checkpoint: str = ""
-    initial_weights_sha256: str = ""
-    metrics: dict[str, float] = field(default_factory=dict)
-    calls: dict[str, int] = field(default_factory=dict)
-    #: per compared path, the norm layer that came closest to the tolerance over the run
-    norm_worst_layers: dict[str, str] = field(default_factory=dict)
-    seconds: float = 0.0
-    step_ms: float = float("nan")  # the median of the step timer's window medians
-    rmsnorm_ms: float = float("nan")  # the same for the RMSNorm layers' GPU time (nan: not measured)
-    failures: list[str] = field(default_factory=list)
-    parity_skipped: str = ""  # why the initial parity check compared nothing
-    fallback_reason: str = ""  # the first reason a training step went to the reference
-    branched_from: str = ""  # "<checkpoint> at step <n>" when this run is a branch of another
-    nothing_to_do: str = ""  # why a resume trained nothing and wrote nothing
-    stopped: str = ""  # in a multirun, the one-line reason the job stopped before its end (cli.main)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures and not self.stopped
-
-
-def state_dict_sha256(module: torch.nn.Module) -> str:
-    h = hashlib.sha256()
-    for key, tensor in sorted(module.state_dict().items()):
-        h.update(key.encode())
-        h.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-def lightning_strategy(cfg: DictConfig) -> str | ModelParallelStrategy:
-    """``trainer.strategy`` as Lightning takes it. ``fsdp2`` is FSDP2: Lightning's ``ModelParallelStrategy``
-    with every process a data-parallel shard (the module's ``configure_model`` shards the network with
-    ``fully_shard``), its checkpoints gathered whole into one file by process 0, the file every check and
-    resume reads, as under DDP."""
-    if cfg.trainer.strategy != "fsdp2":
-        return cfg.trainer.strategy
-    devices = cfg.trainer.devices
-    plain = OmegaConf.to_container(devices) if OmegaConf.is_config(devices) else devices
-    processes = count_devices(plain, cfg.trainer.accelerator) * cfg.trainer.num_nodes
-    return ModelParallelStrategy(
-        data_parallel_size=processes, tensor_parallel_size=1, save_distributed_checkpoint=False
-    )
 
 
 def build(cfg: DictConfig) -> tuple[RMSNormRegressor, SplitData]:
@@ -157,217 +83,6 @@ def build(cfg: DictConfig) -> tuple[RMSNormRegressor, SplitData]:
         input_dim=cfg.model.input_dim, output_dim=cfg.model.output_dim, noise=cfg.data.noise, **splits
     )
     return module, data
-
-
-def reload_max_abs_diff(
-    net: torch.nn.Module, checkpoint: Path, data: SplitData, device: torch.device
-) -> tuple[float, str]:
-    """Loads the checkpoint into a fresh module and runs the test split through it and the trained
-    network ``net`` on ``device``.
-
-    Returns the largest absolute difference of their outputs and the RMSNorm path the fresh module got.
-    """
-    net.to(device)  # Lightning hands the module back on the CPU after fit and test
-    fresh = RMSNormRegressor.load_from_checkpoint(checkpoint, map_location=device, weights_only=True)
-    net.eval()
-    fresh.eval()
-    worst = 0.0
-    with torch.no_grad():
-        for x, _ in DataLoader(data.test, batch_size=data.batch_size):  # every row, in this one process
-            x = network_input(net, x.to(device))
-            # .forward, not __call__: the eager network on both sides, also when training ran compiled
-            a, b = net.forward(x), fresh.net.forward(x)
-            if not torch.equal(a, b):
-                worst = max(worst, float((a - b).abs().max()) if a.shape == b.shape else float("inf"))
-    return worst, fresh.hparams.norm_impl
-
-
-def flat_hparams(cfg: DictConfig) -> dict:
-    container = OmegaConf.to_container(cfg, resolve=True)
-    container.pop(NAME_DEFAULTS, None)  # the reference of the run's name, not a setting
-    flat = {}
-
-    def walk(prefix, node):
-        for key, value in node.items():
-            name = f"{prefix}{key}"
-            if isinstance(value, dict):
-                walk(f"{name}.", value)
-            else:
-                flat[name] = value if isinstance(value, (int, float, str, bool)) else str(value)
-
-    walk("", container)
-    return flat
-
-
-def hparam_metrics(loss_name: str) -> tuple[str, ...]:
-    """The HPARAMS tab's metrics: scalars every run logs (TensorBoard reads their values from the run's
-    scalars): the losses of the three splits (``mse`` or ``loss``, ``network.LOSS_NAMES``) and the run's time."""
-    return (f"train/{loss_name}", f"val/{loss_name}", f"test/{loss_name}", "time/run_s")
-
-
-def write_hparams(logger: TensorBoardLogger, params: dict, metrics: dict[str, float], loss_name: str) -> None:
-    """The run's configuration in TensorBoard's HPARAMS tab, with ``hparam_metrics`` as its metrics."""
-    with run_event_writer(logger) as writer:
-        for summary in hparams_summary(params, {k: metrics[k] for k in hparam_metrics(loss_name)}):
-            writer.add_summary(summary)
-
-
-def failed_checks(
-    cfg: DictConfig,
-    result: RunResult,
-    parity: Parity,
-    reload_diff: float,
-    reloaded_impl: str,
-    calls_unknown_before: int | None = None,
-) -> list[str]:
-    """The end-of-run checks that failed, one sentence each (see the module docstring).
-
-    They cover the run's whole history: a resumed run gets the parity verdicts (``Parity.state_dict``) and
-    the call counts (``RMSNormRegressor.on_save_checkpoint``) of every earlier step from its checkpoint. A
-    checkpoint that lacks them leaves the earlier steps' verdicts unknown, and an unknown verdict fails:
-    the run cannot claim what it did not see (each path's ``unknown_before`` in ``parity.paths``,
-    ``calls_unknown_before``).
-    """
-    failures = []
-    unknown: dict[int, list[str]] = {}  # a step a resume started at: the paths whose earlier verdicts are unknown
-    for path, verdict in parity.paths.items():
-        if verdict.unknown_before is not None:
-            unknown.setdefault(verdict.unknown_before, []).append(path)
-    for step, paths in unknown.items():
-        failures.append(
-            f"initial parity: unknown: this run resumed at step {step} from a checkpoint that carries no parity "
-            f"verdicts of {' and '.join(paths)}, so the checks of the steps before it were not seen"
-        )
-    for path, verdict in parity.paths.items():
-        along = [s for s in verdict.failed_steps if s > 0]
-        if along:  # a check past the tolerance stops the run: only a checkpoint written at that step holds one
-            failures.append(f"parity along the run: {path} past the tolerance at step {along[0]}")
-    for path, verdict in parity.paths.items():
-        if not verdict.ok:
-            tol = TOLERANCES[parity.dtype]
-            dtype = str(parity.dtype).removeprefix("torch.")
-            failures.append(
-                f"initial parity: {path} outputs differ from the reference by {verdict.output_err:.3g}, gradients "
-                f"by {verdict.grad_err:.3g}, beyond the {dtype} tolerance (atol {tol.atol:g}, rtol {tol.rtol:g})"
-            )
-    # Every training step runs the Triton path once per norm call of the network, unless the contract sent
-    # a call to the reference (norm.fallback=reference, counted); the other paths never run it.
-    # (a Triton path that never ran for another reason fails the count below)
-    if cfg.norm.impl == KERNEL and result.calls["train/fallback"] > 0 and result.calls["train/forward"] == 0:
-        failures.append(
-            f"integration: no training step ran on Triton: {result.calls['train/fallback']} of "
-            f"{result.steps * result.norm_calls_per_step} norm calls in {result.steps} steps fell back to the "
-            f"reference (first reason: {result.fallback_reason or 'not recorded'})"
-        )
-    per_run = result.steps * result.norm_calls_per_step
-    expected = per_run - result.calls["train/fallback"] if cfg.norm.impl == KERNEL else 0
-    if calls_unknown_before is not None:
-        failures.append(
-            f"integration: unknown: this run resumed at step {calls_unknown_before} from a checkpoint that "
-            "carries no Triton call counts, so the calls of the steps before it were not counted"
-        )
-    for key in ("train/forward", "train/backward"):
-        if calls_unknown_before is None and result.calls[key] != expected:
-            failures.append(
-                f"integration: {result.calls[key]} Triton {key.split('/')[1]} calls in {result.steps} "
-                f"training steps on the {cfg.norm.impl} path; expected {expected}"
-            )
-    if reload_diff != 0.0:
-        failures.append(
-            f"reload parity: test outputs differ by {reload_diff:.3g} after reloading {result.checkpoint} (must be 0)"
-        )
-    if reloaded_impl != cfg.norm.impl:
-        failures.append(
-            f"reload parity: {result.checkpoint} reloaded with norm {reloaded_impl!r}, trained with {cfg.norm.impl!r}"
-        )
-    return failures
-
-
-def check_precision(cfg: DictConfig) -> None:
-    """Refuse a precision that Lightning would replace by another on this machine: the configuration and
-    HPARAMS must record what runs. On the CPU, Lightning runs ``16-mixed`` as ``bf16-mixed``."""
-    accelerator = str(cfg.trainer.accelerator)
-    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
-    if on_cpu and str(cfg.trainer.precision) == "16-mixed":
-        raise ConfigError(
-            "trainer.precision is '16-mixed', which Lightning runs as bf16-mixed on the CPU; "
-            "accepted on the CPU: 32-true, 32, bf16-mixed"
-        )
-
-
-class OutputError(RuntimeError):
-    """A file of the run could not be written (a full disk, an I/O error): the message names the cause,
-    the file or folder, and the last good checkpoint."""
-
-
-def write_failure(error: BaseException) -> OSError | None:
-    """The refused write behind ``error``, if any: an ``OSError`` of ``WRITE_ERRNOS`` in its chain of
-    causes (Lightning reports a failed TensorBoard write as a ValueError about the logged value)."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, OSError) and error.errno in WRITE_ERRNOS:
-            return error
-        error = error.__cause__ or error.__context__
-    return None
-
-
-def describe_write_failure(error: OSError, log_dir: str) -> str:
-    """``disk full: No space left on device, writing <file>`` (the TensorBoard folder for its event files,
-    whose writer thread does not name them)."""
-    cause = "disk full" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "write failed"
-    if error.filename:
-        where = str(error.filename)
-    elif any(f"{os.sep}tensorboard{os.sep}" in frame.filename for frame in traceback.extract_tb(error.__traceback__)):
-        where = f"the TensorBoard event files in {log_dir}"
-    else:
-        where = "a file of the run"
-    return f"{cause}: {os.strerror(error.errno)}, writing {where}"
-
-
-def last_good_line(folder: Path, resumed_from: Path | None) -> str:
-    """The end of each line that reports a run stopped after set-up: its last good checkpoint."""
-    kept = last_good_checkpoint(folder, resumed_from)
-    if kept is None:
-        return "no checkpoint had been written yet"
-    if resumed_from is not None and kept == Path(resumed_from) and kept.parent != folder:
-        return f"the last good checkpoint is {kept} (the one this run resumed from)"
-    return f"the last good checkpoint is {kept}"
-
-
-@contextlib.contextmanager
-def sigterm_left_to_lightning(on_signal: SaveOnSignal):
-    """While training and until ``final.ckpt`` and ``last.ckpt`` are written, SIGTERM is Lightning's and
-    ``on_signal``'s (``callbacks.SaveOnSignal``): Lightning also calls a handler it finds in place, and
-    the command's own (``cli.signals_stop_the_command``) would stop the step, or the end's writes, where
-    they are. The handler in place records the signal (``SaveOnSignal.outside_hold``). Put back after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, on_signal.outside_hold)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
-def writer_thread_errors_quiet():
-    """TensorBoard writes its event files from a thread: a write the disk refuses is raised again at the
-    next write of the training process, which reports it in one line; the thread's own traceback is not
-    printed."""
-    previous = threading.excepthook
-
-    def hook(args) -> None:
-        if isinstance(args.exc_value, OSError) and type(args.thread).__module__.startswith("tensorboard."):
-            return
-        previous(args)
-
-    threading.excepthook = hook
-    try:
-        yield
-    finally:
-        threading.excepthook = previous
 
 
 @counting()  # the integration check reads the Triton calls of every stage
@@ -528,32 +243,32 @@ def train_and_check_body(
     timer = StepTimer(norm_events=not cfg.compile, tokens_per_step=tokens)
     on_signal = SaveOnSignal(checkpoint_dir)
     trainer = L.Trainer(
-        max_steps=cfg.trainer.max_steps,
-        val_check_interval=cfg.trainer.val_check_interval,
-        check_val_every_n_epoch=None,  # val_check_interval counts steps across epochs
-        accelerator=cfg.trainer.accelerator,
-        devices=cfg.trainer.devices,
-        num_nodes=cfg.trainer.num_nodes,
-        strategy=lightning_strategy(cfg),
-        precision=cfg.trainer.precision,
-        deterministic=cfg.trainer.deterministic,
-        enable_progress_bar=cfg.trainer.enable_progress_bar,
-        enable_model_summary=False,
-        log_every_n_steps=cfg.trainer.log_every_n_steps,  # the step timer's window
+        **trainer_kwargs(cfg),
         logger=logger,
         # in this order: the parity check before the step's timer starts, the timer stopped and the last
         # step's stop asked before the step's checkpoint is written (Lightning runs checkpoint callbacks last)
         callbacks=[parity, timer, ValidateAtLastStep(), checkpoints, on_signal, RecordIdentity(run_identity(cfg))]
         + ([StepProgressBar()] if cfg.trainer.enable_progress_bar else []),
-        plugins=[AtomicCheckpointIO()],
         default_root_dir=str(checkpoint_dir),
-        use_distributed_sampler=False,  # evaluation splits are sharded without padding (data.py)
     )
-    # One protected section from the first step to the written final.ckpt and last.ckpt: a signal is held
-    # (callbacks.SaveOnSignal) and honoured at the end of its step, or, once the loops have made their
-    # last check, when both files are written. What follows them (the test, the checks, HPARAMS and the
-    # summary) is finished by a resume (resume.resolve_resume) until the run's end is recorded.
-    with sigint_as_sigterm(on_signal), sigterm_left_to_lightning(on_signal):
+    fit_metrics, final = fit(trainer, module, data, resume, logger, checkpoint_dir, checkpoints, on_signal)
+    trainer.test(module, datamodule=data, verbose=False)
+    measured(result, trainer, module, parity, timer, logger, final, start)
+    trained = module.net
+    if sharded(module.net):  # FSDP2: the whole trained network, gathered with every process's part
+        trained = network_copy(module.net, **module.network_kwargs())
+    if not trainer.is_global_zero:
+        return result  # the checks below read and write files: process 0 runs them, in one process
+    return check_and_summarise(cfg, result, trainer, module, trained, data, parity, timer, logger, fit_metrics, start)
+
+
+def fit(trainer, module, data, resume, logger, checkpoint_dir: Path, checkpoints, on_signal) -> tuple[dict, Path]:
+    """``Trainer.fit``, then ``final.ckpt`` and ``last.ckpt``: one protected section, in which a signal is
+    held (``on_signal``) and honoured at the end of its step, or, once the loops have made their last
+    check, when both files are written (``Interrupted``). What follows them (the test, the checks, HPARAMS
+    and the summary) is finished by a resume (``resume.resolve_resume``) until the run's end is recorded.
+    Returns the fit's metrics and ``final.ckpt``."""
+    with sigint_as_sigterm(on_signal), sigterm_recorded(on_signal):
         try:
             trainer.fit(module, datamodule=data, ckpt_path=str(resume.path) if resume else None, weights_only=True)
         except SystemExit:  # Lightning's exit on SIGTERM, and on KeyboardInterrupt
@@ -581,8 +296,11 @@ def train_and_check_body(
             late = names[agreed - 1] if agreed else None
     if late is not None:
         raise Interrupted(late, last, trainer.global_step)
-    trainer.test(module, datamodule=data, verbose=False)
+    return fit_metrics, final
 
+
+def measured(result: RunResult, trainer, module, parity, timer, logger, final: Path, start: float) -> None:
+    """What every process knows at the run's end, into ``result``: steps, files, calls, times."""
     result.steps = trainer.global_step
     result.log_dir = logger.log_dir
     result.checkpoint = str(final)
@@ -592,12 +310,13 @@ def train_and_check_body(
     result.seconds = time.perf_counter() - start
     result.step_ms = statistics.median(timer.medians) if timer.medians else float("nan")
     result.rmsnorm_ms = statistics.median(timer.norm_medians) if timer.norm_medians else float("nan")
-    trained = module.net
-    if sharded(module.net):  # FSDP2: the whole trained network, gathered with every process's part
-        trained = network_copy(module.net, **module.network_kwargs())
-    if not trainer.is_global_zero:
-        return result  # the checks below read and write files: process 0 runs them, in one process
-    diff, reloaded_impl = reload_max_abs_diff(trained, final, data, trainer.strategy.root_device)
+
+
+def check_and_summarise(
+    cfg, result, trainer, module, trained, data, parity, timer, logger, fit_metrics, start
+) -> RunResult:
+    """Process 0: reload parity, the run's metrics, the end checks, HPARAMS."""
+    diff, reloaded_impl = reload_max_abs_diff(trained, Path(result.checkpoint), data, trainer.strategy.root_device)
     logger.log_metrics({"reload/max_abs_diff": diff}, step=trainer.global_step)
     name = module.loss_name
     result.metrics = {
@@ -629,5 +348,6 @@ def train_and_check_body(
     result.seconds = time.perf_counter() - start
     result.metrics["time/run_s"] = result.seconds
     logger.log_metrics({"time/run_s": result.seconds}, step=trainer.global_step)
-    write_hparams(logger, params, result.metrics, name)
+    overridden = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    write_hparams(logger, params, name, overridden)
     return result

@@ -12,10 +12,10 @@ from dataclasses import asdict
 from hydra.experimental.callback import Callback as HydraCallback
 
 from ..jsonio import write_json
-from .callbacks import COMPARED, KERNEL, ORACLE, parity_tag
 from .events import read_scalars
+from .parity import COMPARED, KERNEL, ORACLE, parity_tag
 from .paths import project_path
-from .run import RunResult
+from .result import RunResult
 
 #: Each compared path's parity numbers in the multirun table: (name, how the run's values are read back).
 PARITY_ROWS = (("initial_output_err", "last"), ("initial_grad_err", "last"), ("worst_over_tol", "largest"))

@@ -1,8 +1,8 @@
 """A command stopped while it starts, or while it shuts down: processes under test, so run as processes.
 
 While torch imports (seconds), Ctrl+C or SIGTERM ends a command with one line and 130 or 143
-(``rmsnorm_kernel.startup``); once the command has decided its exit status, a late signal leaves it as
-it is (``checks.cli.run_interruptible``)."""
+(``rmsnorm_kernel.signals``); once the command has decided its exit status, a late signal leaves it as
+it is (``signals.command_takes_over``)."""
 
 import json
 import os
