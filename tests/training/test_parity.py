@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rmsnorm_kernel.ops import kernels
+from rmsnorm_kernel.ops import launchers
 from rmsnorm_kernel.ops import module as norm_module
 from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.ops.tolerances import TOLERANCES
@@ -86,7 +86,7 @@ def test_the_paths_agree_at_step_0_and_the_errors_and_parity_calls_are_logged_th
 
 
 def test_a_wrong_kernel_fails_initial_parity_without_stopping_the_run(monkeypatch):
-    monkeypatch.setattr(kernels, "rmsnorm_forward", block_mean_forward)
+    monkeypatch.setattr(launchers, "rmsnorm_forward", block_mean_forward)
     parity, logged, _, _ = measure()
     assert not parity.paths["triton"].ok and parity.paths["triton"].failed_steps == [0]
     assert parity.paths["triton"].output_err > 0.1  # the means are about half what they should be
@@ -126,7 +126,7 @@ def test_a_native_path_off_the_reference_along_the_run_stops_it_naming_the_path(
 
 
 def test_a_wrong_kernel_along_the_run_stops_it_naming_the_step(monkeypatch):
-    monkeypatch.setattr(kernels, "rmsnorm_forward", block_mean_forward)
+    monkeypatch.setattr(launchers, "rmsnorm_forward", block_mean_forward)
     module, batch = module_and_batch()
     before = {k: v.clone() for k, v in module.state_dict().items()}
     trainer = trainer_at(50)
@@ -167,7 +167,7 @@ def test_under_data_parallelism_the_reported_differences_are_the_largest_over_ev
 
 def test_the_verdicts_round_trip_through_a_checkpoint_read_with_weights_only(tmp_path, monkeypatch):
     # docs/resume-and-faults.md, "Verdicts across a resume"
-    monkeypatch.setattr(kernels, "rmsnorm_forward", block_mean_forward)
+    monkeypatch.setattr(launchers, "rmsnorm_forward", block_mean_forward)
     parity, _, _, _ = measure()
     assert not parity.paths["triton"].ok and parity.paths["triton"].failed_steps == [0]
     assert parity.paths["native"].ok and parity.paths["native"].output_err is not None

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rmsnorm_kernel.checks.checkpoint_audit import audit_checkpoint
-from rmsnorm_kernel.ops import kernels
+from rmsnorm_kernel.ops import launchers
 from rmsnorm_kernel.ops import module as norm_module
 from rmsnorm_kernel.ops.contract import MAX_N, ContractError
 from rmsnorm_kernel.ops.impls import IMPLS
@@ -189,7 +189,7 @@ def test_a_triton_path_that_never_runs_fails_the_integration_check(tmp_path, mon
 
 
 def test_a_wrong_kernel_fails_initial_parity_naming_the_declared_tolerance(tmp_path, monkeypatch):
-    monkeypatch.setattr(kernels, "rmsnorm_forward", block_mean_forward)
+    monkeypatch.setattr(launchers, "rmsnorm_forward", block_mean_forward)
     result = train(tmp_path, "norm=triton", "trainer.max_steps=1")
     assert not result.ok
     first = result.failures[0]
