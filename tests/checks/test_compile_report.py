@@ -23,7 +23,9 @@ def test_compile_report_saves_inductor_code_that_runs_both_directions(tmp_path, 
     code = "\n".join(Path(f).read_text() for f in rep.code_files)
     if device == "cuda":  # the generated code launches the kernels itself
         assert "_rmsnorm_fwd_kernel" in code and "_rmsnorm_bwd_kernel" in code
-        assert "torch.ops.rmsnorm_kernel" not in code
+        # no norm op left to call: only the count op, as the report runs inside counting()
+        assert "torch.ops.rmsnorm_kernel.rmsnorm" not in code and "torch.ops.rmsnorm_kernel.add_rmsnorm" not in code
+        assert "torch.ops.rmsnorm_kernel.count_call.default(" in code
     else:
         assert "torch.ops.rmsnorm_kernel.rmsnorm.default(" in code
         assert "torch.ops.rmsnorm_kernel.rmsnorm_backward.default(" in code
