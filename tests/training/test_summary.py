@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from rmsnorm_kernel.ops.impls import IMPLS
 from rmsnorm_kernel.training.result import RunResult
 from rmsnorm_kernel.training.summary import MultirunSummary, format_summary, summary_table
+from tests.helpers import markdown_rows
 
 METRICS = {
     "train/mse": 0.5,
@@ -144,30 +145,31 @@ def row(name, test_mse, ok=True, step_ms=2.0, backend="cuda"):
 
 def test_the_table_has_one_column_per_run_and_the_kernel_against_the_other_path():
     table = summary_table([row("reference_seed0", 0.125), row("triton_seed0", 0.0625, ok=False, step_ms=1.5)])
-    assert table.splitlines() == [
-        "| | reference_seed0 | triton_seed0 |",
-        "|---|---|---|",
-        "| path | reference | triton |",
-        "| backend | cuda | cuda |",
-        "| steps | 100 | 100 |",
-        "| train/mse | 0.5 | 0.5 |",
-        "| val/mse | 0.25 | 0.25 |",
-        "| test/mse | 0.125 | 0.0625 |",
-        "| calls/forward | 100 | 100 |",
-        "| calls/backward | 100 | 100 |",
-        "| parity/initial_output_err | 1.25e-07 | 1.25e-07 |",
-        "| parity/initial_grad_err | 0 | 0 |",
-        "| parity/worst_over_tol | 0.5 | 0.5 |",
-        "| parity/native_initial_output_err | 2.5e-07 | 2.5e-07 |",
-        "| parity/native_initial_grad_err | 0 | 0 |",
-        "| parity/native_worst_over_tol | 0.25 | 0.25 |",
-        "| calls/parity_forward | 5 | 5 |",
-        "| reload/max_abs_diff | 0 | 0 |",
-        "| time/step_ms | 2 | 1.5 |",
-        "| time/rmsnorm_ms | 0.5 | 0.5 |",
-        "| initial_weights_sha256 | 0123456789abcdef | 0123456789abcdef |",
-        "| seconds | 3.5 | 3.5 |",
-        "| ok | True | False |",
+    assert markdown_rows(table) == [
+        ["", "reference_seed0", "triton_seed0"],
+        ["path", "reference", "triton"],
+        ["backend", "cuda", "cuda"],
+        ["steps", "100", "100"],
+        ["train/mse", "0.5", "0.5"],
+        ["val/mse", "0.25", "0.25"],
+        ["test/mse", "0.125", "0.0625"],
+        ["calls/forward", "100", "100"],
+        ["calls/backward", "100", "100"],
+        ["parity/initial_output_err", "1.25e-07", "1.25e-07"],
+        ["parity/initial_grad_err", "0", "0"],
+        ["parity/worst_over_tol", "0.5", "0.5"],
+        ["parity/native_initial_output_err", "2.5e-07", "2.5e-07"],
+        ["parity/native_initial_grad_err", "0", "0"],
+        ["parity/native_worst_over_tol", "0.25", "0.25"],
+        ["calls/parity_forward", "5", "5"],
+        ["reload/max_abs_diff", "0", "0"],
+        ["time/step_ms", "2", "1.5"],
+        ["time/rmsnorm_ms", "0.5", "0.5"],
+        ["initial_weights_sha256", "0123456789abcdef", "0123456789abcdef"],
+        ["seconds", "3.5", "3.5"],
+        ["ok", "True", "False"],
+    ]
+    assert table.splitlines()[-2:] == [
         "",
         "triton_seed0 against reference_seed0: median step 1.5 ms against 2 ms, 0.75x the time (faster); "
         "test/mse difference -0.0625",
@@ -183,8 +185,9 @@ def test_the_table_of_three_paths_compares_the_kernel_with_each_other_path_of_it
         row("native_seed1", 0.25),  # a configuration without a kernel run: compared with nothing
     ]
     lines = summary_table(rows).splitlines()
-    assert lines[0] == "| | reference_seed0 | native_seed0 | triton_seed0 | native_seed1 |"
-    assert lines[2] == "| path | reference | native | triton | native |"
+    cells = markdown_rows(summary_table(rows))
+    assert cells[0] == ["", "reference_seed0", "native_seed0", "triton_seed0", "native_seed1"]
+    assert cells[1] == ["path", "reference", "native", "triton", "native"]
     interpreter = " (through Triton's interpreter on the CPU: these times say nothing of a GPU)"
     assert lines[-2:] == [
         "triton_seed0 against reference_seed0: median step 25 ms against 1 ms, 25x the time (not faster); "
@@ -248,7 +251,9 @@ def test_after_a_multirun_the_table_is_read_back_from_the_event_files_and_writte
     report = json.loads(md.with_suffix(".json").read_text(), parse_constant=strict_json)  # standard JSON
     table = md.read_text()
     assert table.strip() in capsys.readouterr().out
-    assert "| test/mse | 0.125 | 0.0625 |" in table and "| calls/forward | 0 | 1 |" in table
+    assert ["test/mse", "0.125", "0.0625"] in markdown_rows(table) and ["calls/forward", "0", "1"] in markdown_rows(
+        table
+    )
     assert "triton_seed0 against reference_seed0: median step not measured; test/mse difference -0.0625" in table
     rows = {r["run"]: r for r in report["runs"]}
     assert (rows["triton_seed0"]["train/mse"], rows["triton_seed0"]["steps"]) == (0.5, 2)
@@ -315,7 +320,7 @@ def test_a_sweep_runs_every_job_lists_each_and_exits_1_when_one_failed(tmp_path)
     )
     assert f"job 0 (model.hidden_dim={MAX_N + 1}): FAILED: {refused}" in proc.stdout
     assert "job 1 (model.hidden_dim=128): OK" in proc.stdout  # the job after the failed one ran
-    assert "| | triton_seed0_hidden128 |" in proc.stdout
+    assert ["", "triton_seed0_hidden128"] in markdown_rows(proc.stdout)
     assert (tmp_path / "checkpoints/triton_seed0_hidden128/version_0/final.ckpt").exists()
     (report,) = (tmp_path / "runs").glob("summary_*.json")
     assert [j["ok"] for j in json.loads(report.read_text())["jobs"]] == [False, True]
@@ -354,7 +359,7 @@ def test_two_runs_of_one_name_get_columns_named_by_their_overrides(tmp_path, two
     ]
     run_callback(tmp_path, jobs)
     out = capsys.readouterr().out
-    assert "| | triton_seed0 (data.batch_size=16) | triton_seed0 (data.batch_size=32) |" in out
+    assert ["", "triton_seed0 (data.batch_size=16)", "triton_seed0 (data.batch_size=32)"] in markdown_rows(out)
     assert "job 0 (data.batch_size=16): OK\njob 1 (data.batch_size=32): OK" in out
 
 
@@ -363,9 +368,10 @@ def test_after_a_three_path_multirun_the_table_and_the_jobs_list_every_path(tmp_
     assert sorted(order) == sorted(IMPLS)
     run_callback(tmp_path, [finished(r) for r in runs_of(tmp_path, [(impl, 0.125) for impl in order])])
     out = capsys.readouterr().out
-    assert "| | reference_seed0 | native_seed0 | triton_seed0 |" in out
-    assert "| path | reference | native | triton |" in out
-    assert "| calls/forward | 0 | 0 | 1 |" in out
+    cells = markdown_rows(out)
+    assert ["", "reference_seed0", "native_seed0", "triton_seed0"] in cells
+    assert ["path", "reference", "native", "triton"] in cells
+    assert ["calls/forward", "0", "0", "1"] in cells
     for other in ("reference", "native"):
         assert f"triton_seed0 against {other}_seed0: median step not measured; test/mse difference 0" in out
     assert "job 0 (norm=reference): OK\njob 1 (norm=native): OK\njob 2 (norm=triton): OK" in out
@@ -386,8 +392,8 @@ def test_the_table_of_language_model_runs_has_their_losses_and_tokens_per_second
         }
 
     lines = summary_table([lm_row("reference_seed0_transformer", 1000.0), lm_row("triton_seed0_transformer", 2000.0)])
-    rows = [line for line in lines.splitlines() if line.startswith("| ") and not line.startswith("| |")]
-    names = [line.split(" | ")[0].removeprefix("| ") for line in rows]
+    rows = markdown_rows(lines)[1:]  # the header left out
+    names = [r[0] for r in rows]
     assert names[3:6] == ["train/loss", "val/loss", "test/loss"] and "train/mse" not in names
-    assert "| time/tokens_per_s | 1000 | 2000 |" in rows
+    assert ["time/tokens_per_s", "1000", "2000"] in rows
     assert "time/tokens_per_s" not in summary_table([row("reference_seed0", 0.125)])

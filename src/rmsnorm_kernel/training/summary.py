@@ -12,6 +12,7 @@ from dataclasses import asdict
 from hydra.experimental.callback import Callback as HydraCallback
 
 from ..jsonio import write_json
+from ..tables import table
 from .events import read_scalars
 from .parity import COMPARED, KERNEL, ORACLE, parity_tag
 from .paths import project_path
@@ -132,13 +133,12 @@ def summary_table(rows: list[dict]) -> str:
     def fmt(v):
         return f"{v:.6g}" if isinstance(v, float) else str(v)
 
-    header = "| | " + " | ".join(r["run"] for r in rows) + " |"
-    lines = [header, "|---" * (len(rows) + 1) + "|"]
     names = list(dict.fromkeys(r["loss_name"] for r in rows))  # the losses of these runs, in their order
     keys = [k.format(name) for k in TABLE_KEYS for name in (names if k in LOSS_ROWS else [None])]
     # the regression's runs log no tokens per second: that row only where a run has it
     keys = [k for k in keys if k != "time/tokens_per_s" or any(not _missing(r.get(k, math.nan)) for r in rows)]
-    lines += ["| " + k + " | " + " | ".join(fmt(r.get(k, math.nan)) for r in rows) + " |" for k in keys]
+    body = [[k] + [fmt(r.get(k, math.nan)) for r in rows] for k in keys]
+    lines = [table(["", *(r["run"] for r in rows)], body, markdown=True)]
     against = comparisons(rows)
     if against:
         lines += ["", *against]
