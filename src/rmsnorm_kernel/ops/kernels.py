@@ -1,4 +1,4 @@
-"""Triton kernels for RMSNorm and the launchers that run them.
+"""The Triton kernels for RMSNorm, each beside the formula it computes.
 
 Each kernel sits next to the formula it computes (``reference.py`` has the oracle):
 
@@ -23,22 +23,12 @@ Two shapes of kernel (``launch.py`` decides which runs, with which tile and grid
   second read from L2), one program a row; the backward in two steps (row statistics, then dx and
   dgamma) for rows too long for one program's registers (up to contract.MAX_N = 65536).
 
-Vector loads: Triton reads several elements per load only where it can prove that N and the row
-strides are multiples of that many, and by itself it notices multiples of 16 alone. The launcher
-passes VEC, the largest such width it checked (``launch.vector_width``), and each kernel first writes
-``N = N // VEC * VEC``: the same value, which the compiler now knows to be a multiple of VEC. At N = 1000
-in bfloat16 that makes loads 16 bytes wide instead of 2.
-
-The backward recomputes r from the row of x it loads anyway rather than reading a saved copy: the
-custom op returns y alone, and the recomputation costs arithmetic, not memory traffic.
-
-dgamma is reduced without atomics, deterministically. The backward runs P persistent programs (the plan's
-``partial_rows``); program p visits the row tiles p, p + P, p + 2P, ... in order and keeps a float64 sum
-of its rows' dy * x * r in registers (narrow rows of 16-bit x, when programs take several tiles: a float32
-sum per element of the tile, whose rows are summed in float64 at the end), written once at the end as row
-p of a (P, N) float64 buffer of partials. A second kernel sums the partials per column in a fixed order. P
-depends only on the shape and the GPU, so the bits are the same run after run, and the partials take
-P * N * 8 bytes however many rows there are.
+Vector loads: the launcher passes VEC, the widest load N and the row strides allow, and each kernel first
+writes ``N = N // VEC * VEC``, the same value, which the compiler now knows to be a multiple of VEC. The
+backward recomputes r from the row of x it loads anyway. dgamma is reduced without atomics: each backward
+program keeps a float64 sum of its rows' dy * x * r and writes it once as a row of a (P, N) float64 buffer
+of partials, which a second kernel sums per column in a fixed order, so the bits are the same run after run
+(docs/design.md has each of these in full).
 
 Rows are addressed through their row stride (the last dimension contiguous), so a slice such as
 ``x[:, :N]`` of a wider tensor is read in place; any other layout is copied once (``as_rows``), and a
