@@ -8,7 +8,7 @@ import torch
 import triton
 
 from rmsnorm_kernel import call_counts, oracle, rmsnorm, rmsnorm_reference
-from rmsnorm_kernel.ops import kernels, launch, launchers
+from rmsnorm_kernel.ops import kernels, launch, launchers, looped_kernels
 from rmsnorm_kernel.ops.reference import add_oracle, manual_backward
 from rmsnorm_kernel.ops.tolerances import TOLERANCES, compare, tolerance_dtype
 from rmsnorm_kernel.testing import make_inputs
@@ -357,9 +357,10 @@ def test_rows_of_a_wider_tensor_are_read_in_place(n, device, monkeypatch):
     p = launch.plan_for(x, gamma)
     fwd_name = "_rmsnorm_fwd_chunked_kernel" if p.fwd_two_pass else "_rmsnorm_fwd_kernel"
     bwd_name = "_rmsnorm_bwd_row_stats_kernel" if p.looped else "_rmsnorm_bwd_kernel"
-    spies = {name: _LaunchSpy(getattr(kernels, name)) for name in (fwd_name, bwd_name)}
-    for name, spy in spies.items():
-        monkeypatch.setattr(kernels, name, spy)
+    bwd_module = looped_kernels if p.looped else kernels
+    spies = {name: _LaunchSpy(getattr(m, name)) for m, name in ((kernels, fwd_name), (bwd_module, bwd_name))}
+    monkeypatch.setattr(kernels, fwd_name, spies[fwd_name])
+    monkeypatch.setattr(bwd_module, bwd_name, spies[bwd_name])
     wide_leaf, gl = wide.clone().requires_grad_(), gamma.clone().requires_grad_()
     x_leaf = wide_leaf[:, :n]  # the slice is what rmsnorm sees; autograd routes dx back into wide's grad
     y = rmsnorm(x_leaf, gl)
@@ -527,11 +528,12 @@ def test_tensor_over_2_31_elements(device):
         assert compare(gl.grad, dgamma_ref, dtype=torch.bfloat16).ok
 
 
-def test_the_named_kernels_of_each_direction_are_the_kernels_module_defines():
+def test_the_named_kernels_of_each_direction_are_the_kernels_modules_define():
     names = launchers.FORWARD_KERNELS + launchers.BACKWARD_KERNELS
-    assert all(hasattr(getattr(kernels, name), "run") for name in names)
-    defined = {name for name in vars(kernels) if name.startswith("_") and name.endswith("_kernel")}
+    modules = (kernels, looped_kernels)
+    defined = {n for m in modules for n in vars(m) if n.startswith("_") and n.endswith("_kernel")}
     assert set(names) == defined
+    assert all(any(hasattr(getattr(m, n, None), "run") for m in modules) for n in names)
 
 
 def residual_grads(x, residual, gamma, dy, dh, **kwargs):

@@ -1,5 +1,5 @@
-"""The tripwire: every Triton kernel of ops/kernels.py replaced by one that raises on any use, and the real
-kernels back afterwards."""
+"""The tripwire: every Triton kernel of ops/kernels.py and ops/looped_kernels.py replaced by one that
+raises on any use, and the real kernels back afterwards."""
 
 import re
 from pathlib import Path
@@ -8,29 +8,35 @@ import pytest
 import torch
 
 from rmsnorm_kernel import rmsnorm, rmsnorm_reference
-from rmsnorm_kernel.ops import kernels, launchers
+from rmsnorm_kernel.ops import kernels, launchers, looped_kernels
 from rmsnorm_kernel.ops.tolerances import compare
 from rmsnorm_kernel.testing import KernelLaunched, kernel_launches_forbidden, make_inputs
 
+MODULES = (kernels, looped_kernels)
 
-def jit_kernels_in_source() -> set[str]:
-    """The names of the functions decorated with ``@triton.jit`` in ops/kernels.py, read from the file."""
-    source = Path(kernels.__file__).read_text()
-    return set(re.findall(r"^@triton\.jit\s*\ndef (\w+)\(", source, flags=re.M))
+
+def jit_kernels_in_source() -> dict[str, object]:
+    """The functions decorated with ``@triton.jit`` in the kernels' files, read from the files: name ->
+    the module defining it."""
+    found = {}
+    for module in MODULES:
+        source = Path(module.__file__).read_text()
+        found.update({name: module for name in re.findall(r"^@triton\.jit\s*\ndef (\w+)\(", source, flags=re.M)})
+    return found
 
 
 def test_tripwire_replaces_every_triton_kernel_of_ops_kernels_and_restores_them():
     expected = jit_kernels_in_source()
-    assert expected >= {*launchers.FORWARD_KERNELS, *launchers.BACKWARD_KERNELS}  # the file was read right
-    before = dict(vars(kernels))
+    assert set(expected) >= {*launchers.FORWARD_KERNELS, *launchers.BACKWARD_KERNELS}  # the files were read right
+    before = [dict(vars(m)) for m in MODULES]
     with kernel_launches_forbidden() as replaced:
-        assert set(replaced) == expected
-        for name in expected:
+        assert set(replaced) == set(expected)
+        for name, module in expected.items():
             with pytest.raises(KernelLaunched, match=f"kernels.{name} was launched"):
-                getattr(kernels, name)[(1,)]
+                getattr(module, name)[(1,)]
             with pytest.raises(KernelLaunched, match=f"kernels.{name}.run was used"):
-                getattr(kernels, name).run(grid=(1,))
-    assert all(vars(kernels)[k] is v for k, v in before.items())
+                getattr(module, name).run(grid=(1,))
+    assert all(vars(m)[k] is v for m, b in zip(MODULES, before) for k, v in b.items())
 
 
 def test_tripwire_restores_the_kernels_when_the_block_raises():

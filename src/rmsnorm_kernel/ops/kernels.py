@@ -21,7 +21,8 @@ Two shapes of kernel (``launch.py`` decides which runs, with which tile and grid
   the sums, but they are not elements, so every mean divides by N, never by BLOCK_N.
 - Rows walked in column chunks of BLOCK_N: the forward in two passes (the sum of squares, then y; the
   second read from L2), one program a row; the backward in two steps (row statistics, then dx and
-  dgamma) for rows too long for one program's registers (up to contract.MAX_N = 65536).
+  dgamma) for rows too long for one program's registers (up to contract.MAX_N = 65536), whose two
+  kernels are in ``looped_kernels.py``.
 
 Vector loads: the launcher passes VEC, the widest load N and the row strides allow, and each kernel first
 writes ``N = N // VEC * VEC``, the same value, which the compiler now knows to be a multiple of VEC. The
@@ -318,118 +319,6 @@ def _rmsnorm_fwd_chunked_kernel(
             if SILU:
                 y = y * tl.sigmoid(y)
             tl.store(y_row + start + cols, _rounded(y, Y.dtype.element_ty), mask=mask)
-
-
-# --------------------------------------------------------------------------------------------------
-# Looped rows: backward in two steps, because dx needs two whole-row sums before its first element
-# --------------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _rmsnorm_bwd_row_stats_kernel(
-    DY,
-    X,
-    GAMMA,
-    RSTD,
-    COEF,
-    N,
-    stride_dy,
-    stride_x,
-    eps,
-    BLOCK_N: tl.constexpr,
-    STAGES: tl.constexpr,
-    VEC: tl.constexpr,
-    SILU: tl.constexpr,
-    ROUND_NORM: tl.constexpr,
-    WEIGHT_OFFSET: tl.constexpr,
-    FP64: tl.constexpr,
-):
-    ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
-    # Per row: r, and coef = r^3 * mean(u * x), the two numbers dx = r * u - x * coef needs.
-    N, stride_dy, stride_x = N // VEC * VEC, stride_dy // VEC * VEC, stride_x // VEC * VEC  # vector loads
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_N)
-    sum_sq = tl.zeros((BLOCK_N,), dtype=ACC)
-    sum_ux = tl.zeros((BLOCK_N,), dtype=ACC)
-    for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
-        mask = start + cols < N
-        x = tl.load(X + row * stride_x + start + cols, mask=mask, other=0.0).to(ACC)
-        dy = tl.load(DY + row * stride_dy + start + cols, mask=mask, other=0.0).to(ACC)
-        gamma = _scale(tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(ACC), WEIGHT_OFFSET)
-        sum_sq += x * x
-        if not SILU:
-            sum_ux += dy * gamma * x
-    r = _inv_sqrt(tl.sum(sum_sq, axis=0) / N + tl.cast(eps, ACC), FP64)
-    if SILU:  # u needs silu'(y), and y needs r: a second walk over the row, once r is known
-        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
-            mask = start + cols < N
-            x = tl.load(X + row * stride_x + start + cols, mask=mask, other=0.0).to(ACC)
-            dy = tl.load(DY + row * stride_dy + start + cols, mask=mask, other=0.0).to(ACC)
-            gamma = _scale(tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(ACC), WEIGHT_OFFSET)
-            n = x * r
-            if ROUND_NORM:
-                n = _rounded(n, X.dtype.element_ty).to(ACC)
-            sum_ux += dy * _silu_grad(n * gamma) * gamma * x
-    tl.store(RSTD + row, r)
-    tl.store(COEF + row, r * r * r * (tl.sum(sum_ux, axis=0) / N))
-
-
-@triton.jit
-def _rmsnorm_bwd_looped_kernel(
-    DY,
-    X,
-    DH,
-    GAMMA,
-    DX,
-    PARTIAL,
-    RSTD,
-    COEF,
-    M,
-    N,
-    stride_dy,
-    stride_x,
-    stride_dh,
-    stride_dx,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    STAGES: tl.constexpr,
-    VEC: tl.constexpr,
-    SILU: tl.constexpr,
-    ROUND_NORM: tl.constexpr,
-    WEIGHT_OFFSET: tl.constexpr,
-    HAS_DH: tl.constexpr,
-    FP64: tl.constexpr,
-):
-    ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
-    # Program (p, s): column segment s of the rows p, p + P, ...; its dgamma share stays in registers
-    # because a segment, unlike a 65536-wide row, fits there.
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    N = N // VEC * VEC  # vector loads
-    stride_dy, stride_x, stride_dx = stride_dy // VEC * VEC, stride_x // VEC * VEC, stride_dx // VEC * VEC
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_mask = cols < N
-    gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(ACC), WEIGHT_OFFSET)
-    dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float64)  # float64, as in _rmsnorm_bwd_kernel
-    for tile in tl.range(pid, tl.cdiv(M, BLOCK_M), num_programs, num_stages=STAGES):
-        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
-        row_mask = rows < M
-        mask = row_mask[:, None] & col_mask[None, :]
-        r = tl.load(RSTD + rows, mask=row_mask, other=0.0)
-        coef = tl.load(COEF + rows, mask=row_mask, other=0.0)
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
-        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(ACC)
-        n = x * r[:, None]
-        if ROUND_NORM:  # as in _rmsnorm_bwd_kernel
-            n = _rounded(n, X.dtype.element_ty).to(ACC)
-        if SILU:  # as in _rmsnorm_bwd_kernel
-            dy = dy * _silu_grad(n * gamma[None, :])
-        dx = r[:, None] * (dy * gamma[None, :]) - x * coef[:, None]
-        if HAS_DH:  # as in _rmsnorm_bwd_kernel
-            dx += tl.load(DH + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0).to(ACC)
-        tl.store(DX + rows[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty), mask=mask)
-        dgamma_acc += tl.sum(dy * n, axis=0).to(tl.float64)
-    tl.store(PARTIAL + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)
 
 
 # --------------------------------------------------------------------------------------------------

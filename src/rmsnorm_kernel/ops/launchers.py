@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 import triton
 
-from . import kernels
+from . import kernels, looped_kernels
 from .launch import SUM_BLOCK_P, SUM_WARPS, Plan, plan_for, vector_width
 from .reference import output_dtype, residual_dtype
 
@@ -188,7 +188,7 @@ def rmsnorm_backward(
         rstd = torch.empty(rows, dtype=torch.float64 if fp64 else torch.float32, device=x.device)
         coef = torch.empty(rows, dtype=torch.float64 if fp64 else torch.float32, device=x.device)
         partial = torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
-        launch(kernels._rmsnorm_bwd_row_stats_kernel)[(rows,)](
+        launch(looped_kernels._rmsnorm_bwd_row_stats_kernel)[(rows,)](
             dy2,
             x2,
             gamma,
@@ -207,7 +207,7 @@ def rmsnorm_backward(
             FP64=fp64,
             num_warps=p.stats_warps,
         )
-        launch(kernels._rmsnorm_bwd_looped_kernel)[p.bwd_grid](
+        launch(looped_kernels._rmsnorm_bwd_looped_kernel)[p.bwd_grid](
             dy2,
             x2,
             dh2,

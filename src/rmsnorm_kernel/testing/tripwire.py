@@ -1,15 +1,19 @@
 """The tripwire: proof that no Triton kernel launches while it is set.
 
-``kernel_launches_forbidden()`` replaces every Triton kernel of ``ops/kernels.py`` by an object that
-raises ``KernelLaunched`` on any use. The launchers look their kernels up in the module when they run,
-so they meet the tripwires; the planning helpers stay, since the contract may consult them.
+``kernel_launches_forbidden()`` replaces every Triton kernel of ``ops/kernels.py`` and
+``ops/looped_kernels.py`` by an object that raises ``KernelLaunched`` on any use. The launchers look their
+kernels up in the modules when they run, so they meet the tripwires; the planning helpers stay, since the
+contract may consult them.
 """
 
 from __future__ import annotations
 
 import contextlib
 
-from ..ops import kernels
+from ..ops import kernels, looped_kernels
+
+#: The modules that hold the kernels.
+MODULES = (kernels, looped_kernels)
 
 
 class KernelLaunched(AssertionError):
@@ -30,23 +34,33 @@ class _Tripwire:
         raise KernelLaunched(f"kernels.{self.name}.{attr} was used")
 
 
-def triton_kernels() -> dict[str, object]:
-    """The Triton kernels of ``ops/kernels.py`` by name: every ``triton.jit`` object of the module
-    (compiled, or interpreted where there is no GPU)."""
+def _defined() -> list[tuple[object, str, object]]:
+    """(module, name, kernel) for every ``triton.jit`` object defined in one of ``MODULES`` (compiled, or
+    interpreted where there is no GPU); a helper that a module imports belongs to the module defining it."""
     import triton
 
-    return {name: obj for name, obj in vars(kernels).items() if isinstance(obj, triton.KernelInterface)}
+    return [
+        (module, name, obj)
+        for module in MODULES
+        for name, obj in vars(module).items()
+        if isinstance(obj, triton.KernelInterface) and obj.fn.__module__ == module.__name__
+    ]
+
+
+def triton_kernels() -> dict[str, object]:
+    """The Triton kernels of ``MODULES`` by name."""
+    return {name: obj for _, name, obj in _defined()}
 
 
 @contextlib.contextmanager
 def kernel_launches_forbidden():
-    """Every Triton kernel of ``ops/kernels.py`` is a tripwire inside the block; yields the names replaced.
-    The real kernels are back after it, whatever happened inside."""
-    saved = triton_kernels()
+    """Every Triton kernel of ``MODULES`` is a tripwire inside the block; yields the names replaced. The
+    real kernels are back after it, whatever happened inside."""
+    saved = _defined()
     try:
-        for name in saved:
-            setattr(kernels, name, _Tripwire(name))
-        yield sorted(saved)
+        for module, name, _ in saved:
+            setattr(module, name, _Tripwire(name))
+        yield sorted(name for _, name, _ in saved)
     finally:
-        for name, obj in saved.items():
-            setattr(kernels, name, obj)
+        for module, name, obj in saved:
+            setattr(module, name, obj)
