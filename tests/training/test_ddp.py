@@ -90,6 +90,7 @@ def test_ddp_checkpoint_is_written_once_and_reloads_in_one_process(runs, impl):
     ckpt_dirs = list((d / "checkpoints").glob("*/version_*"))
     assert len(ckpt_dirs) == 1
     assert sorted(p.name for p in ckpt_dirs[0].iterdir()) == [
+        "end.json",  # the record of the run's end
         "final.ckpt",
         "last.ckpt",
         "step00008.ckpt",

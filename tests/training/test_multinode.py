@@ -201,6 +201,7 @@ def test_only_process_0_of_node_0_writes_logs_and_checkpoints(runs):
     assert len(run_dirs) == 1 and len(ckpt_dirs) == 1, (run_dirs, ckpt_dirs)
     # every checkpoint once, no lock or temporary file left behind
     assert sorted(p.name for p in ckpt_dirs[0].iterdir()) == [
+        "end.json",  # the record of the run's end
         "final.ckpt",
         "last.ckpt",
         "step00008.ckpt",
@@ -243,7 +244,7 @@ def test_two_nodes_resume_the_run_from_the_shared_folder(runs):
     assert {p.name: p.read_bytes() for p in first_ckpt_dir.iterdir()} == first_files  # nothing replaced
     (log_dir,) = (launch / "runs").glob("*/version_1")  # the branch
     (ckpt_dir,) = (launch / "checkpoints").glob("*/version_1")
-    assert sorted(p.name for p in ckpt_dir.iterdir()) == ["final.ckpt", "last.ckpt", "step00024.ckpt"]
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == ["end.json", "final.ckpt", "last.ckpt", "step00024.ckpt"]
     assert read_checkpoint(ckpt_dir / "final.ckpt")["global_step"] == STEPS + 8
     assert [s for s, _ in read_scalars(log_dir)["train/mse"]] == list(range(STEPS, STEPS + 8))
     assert writer_pids(log_dir) == {node0.pid}  # node 1 wrote no event file
