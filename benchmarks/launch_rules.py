@@ -84,15 +84,18 @@ def backward_variants(base: launch.Plan, rows: int, n: int, x_bytes: int, gpu: l
         for chunk, warps in STATS:
             out[f"stats{chunk}_w{warps}"] = dataclasses.replace(base, stats_block_n=chunk, stats_warps=warps)
         return _without_repeats(out)
-    block_n = triton.next_power_of_2(n)
+    lanes = base.bwd_block_n + base.bwd_block_n2  # the shipped plan's pieces of a row
+    if base.bwd_block_n2:  # the row as one piece of the next power of two instead
+        one = triton.next_power_of_2(n)
+        stages = launch.stages_that_fit(base.bwd_stages, 2 * base.bwd_block_m * one * x_bytes, gpu.smem_bytes)
+        out["one_piece"] = dataclasses.replace(base, bwd_block_n=one, bwd_block_n2=0, bwd_stages=stages)
     for block_m, warps, stages in BWD_TILES:
-        if (stages - 1) * 2 * block_m * block_n * x_bytes > gpu.smem_bytes - launch.SMEM_RESERVE_BYTES:
+        if (stages - 1) * 2 * block_m * lanes * x_bytes > gpu.smem_bytes - launch.SMEM_RESERVE_BYTES:
             continue
         programs = min(triton.cdiv(rows, block_m), launch.BWD_PROGRAMS_PER_SM * gpu.sms)
         out[f"rows{block_m}_w{warps}_s{stages}"] = dataclasses.replace(
             base,
             bwd_block_m=block_m,
-            bwd_block_n=block_n,
             bwd_warps=warps,
             partial_rows=programs,
             bwd_grid=(programs, 1),

@@ -122,9 +122,10 @@ def test_the_default_cases_take_every_branch_in_every_dtype():
         x, gamma, _ = make_inputs(shape, dtype, "cpu")
         p = launch.plan_for(x.reshape(-1, shape[-1]), gamma)
         rowwise = "_rowwise_dgamma" if p.bwd_rowwise_dgamma else ""
-        taken |= {(p.fwd_branch, dtype), (p.bwd_branch + rowwise, dtype)}
+        pieces = "_in_two_pieces" if p.bwd_block_n2 else ""
+        taken |= {(p.fwd_branch, dtype), (p.bwd_branch + rowwise, dtype), (p.bwd_branch + pieces, dtype)}
     forward = [b for b in launch.FORWARD_BRANCHES if b != "residual_wide_rows"]  # the residual test's
-    want = {(b, d) for b in [*forward, *launch.BACKWARD_BRANCHES] for d in DTYPES}
+    want = {(b, d) for b in [*forward, *launch.BACKWARD_BRANCHES, "whole_rows_in_two_pieces"] for d in DTYPES}
     assert want | {("whole_rows_rowwise_dgamma", F16), ("whole_rows_rowwise_dgamma", BF16)} <= taken
 
 

@@ -159,7 +159,9 @@ def test_every_plan_gives_the_kernels_shapes_they_can_run():
             assert p.bwd_grid[1] * p.bwd_block_n >= n and _power_of_two(p.stats_block_n), (key, p)
             assert _power_of_two(p.stats_warps) and p.stats_warps <= 32, (key, p)
         else:
-            assert p.bwd_block_n >= n and p.bwd_grid == (max(1, p.partial_rows), 1), (key, p)
+            assert p.bwd_block_n + p.bwd_block_n2 >= n and p.bwd_grid == (max(1, p.partial_rows), 1), (key, p)
+            assert p.bwd_block_n2 == 0 or (_power_of_two(p.bwd_block_n2) and p.bwd_block_n2 < p.bwd_block_n), (key, p)
+            assert p.bwd_block_n2 == 0 or p.bwd_block_n < n, (key, p)  # a second piece only past the first
 
 
 def test_the_chunked_forward_keeps_its_rows_in_flight_within_its_l2_share():
@@ -376,3 +378,33 @@ def test_vector_width_divides_n_and_every_row_stride_and_start(n, dtype, layout,
     else:
         x2 = base[:n].view(1, n).expand(4, n)
     assert launch.vector_width(n, x2) == expected
+
+
+def test_a_row_between_powers_of_two_takes_two_pieces_where_they_are_fewer_lanes():
+    """The whole-row backward's lanes (``row_pieces``): N = 5120 as 4096 + 1024, not 8192; one piece
+    where N is a power of two, or where the second piece would be as wide as the first."""
+    assert launch.row_pieces(5120) == (4096, 1024)
+    assert launch.row_pieces(4097) == (4096, 1)
+    assert launch.row_pieces(257) == (256, 1)
+    assert launch.row_pieces(3) == (2, 1)
+    assert launch.row_pieces(4096) == (4096, 0)
+    assert launch.row_pieces(1) == (1, 0)
+    assert launch.row_pieces(6244) == (8192, 0)  # 4096 + 4096 is no fewer lanes
+    assert launch.row_pieces(1000) == (1024, 0)
+
+
+def test_two_pieces_are_planned_for_narrow_rows_and_rows_off_16_bytes_only():
+    """Where they measured faster: narrow rows (576 = 512 + 64) and rows off 16 bytes (4097 = 4096 + 1);
+    aligned rows past 2 KiB keep one piece of the next power of two (5120 in 8192 lanes)."""
+
+    def pieces(n: int, x_bytes: int) -> tuple[int, int]:
+        p = launch.plan(65536, n, launch.H200, None, x_bytes, x_bytes)
+        return p.bwd_block_n, p.bwd_block_n2
+
+    assert pieces(576, 2) == (512, 64)
+    assert pieces(96, 2) == (64, 32)
+    assert pieces(4097, 2) == (4096, 1)
+    assert pieces(4097, 4) == (4096, 1)
+    assert pieces(5120, 2) == (8192, 0)
+    assert pieces(2560, 4) == (4096, 0)
+    assert pieces(4096, 2) == (4096, 0)

@@ -158,6 +158,31 @@ def _rmsnorm_fwd_kernel(
 
 
 @triton.jit
+def _load_rows(P, rows, stride, cols, mask, ACC: tl.constexpr):
+    return tl.load(P + rows[:, None] * stride + cols[None, :], mask=mask, other=0.0).to(ACC)
+
+
+@triton.jit
+def _bwd_u(x, dy, gamma, r, X_DTYPE: tl.constexpr, SILU: tl.constexpr, ROUND_NORM: tl.constexpr):
+    # (n, dy, u = dy * gamma) of one piece of the tile; dy taken back through the SiLU with SILU
+    n = x * r[:, None]
+    if ROUND_NORM:  # as the forward did; its gradient is the identity, as autograd takes it
+        n = _rounded(n, X_DTYPE).to(x.dtype)
+    if SILU:  # dy is the gradient of silu(y): take it back through the SiLU
+        dy = dy * _silu_grad(n * gamma[None, :])
+    return n, dy, dy * gamma[None, :]
+
+
+@triton.jit
+def _bwd_store_dx(DX, DH, rows, cols, mask, stride_dx, stride_dh, x, u, r, c, HAS_DH: tl.constexpr):
+    # dx = r * u - x * r^3 * mean(u * x) (c = r^3 * mean(u * x)) of one piece of the tile, plus dh
+    dx = r[:, None] * u - x * c[:, None]
+    if HAS_DH:  # x was h = x + residual, which also went on: its own gradient joins
+        dx += _load_rows(DH, rows, stride_dh, cols, mask, x.dtype)
+    tl.store(DX + rows[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _rmsnorm_bwd_kernel(
     DY,
     X,
@@ -174,6 +199,7 @@ def _rmsnorm_bwd_kernel(
     eps,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    BLOCK_N2: tl.constexpr,
     STAGES: tl.constexpr,
     VEC: tl.constexpr,
     SILU: tl.constexpr,
@@ -189,9 +215,16 @@ def _rmsnorm_bwd_kernel(
     N = N // VEC * VEC  # vector loads
     stride_dy, stride_x, stride_dx = stride_dy // VEC * VEC, stride_x // VEC * VEC, stride_dx // VEC * VEC
     stride_dh = stride_dh // VEC * VEC
+    # A row is one piece of BLOCK_N lanes, or two: BLOCK_N and BLOCK_N2 lanes after it (both powers of two,
+    # BLOCK_N2 < BLOCK_N), so that N = 5120 takes 4096 + 1024 lanes where one piece would take 8192. Every
+    # row statistic sums over both pieces; every element-wise step runs on each.
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
     gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(ACC), WEIGHT_OFFSET)
+    if BLOCK_N2 > 0:
+        cols2 = BLOCK_N + tl.arange(0, BLOCK_N2)
+        col_mask2 = cols2 < N
+        gamma2 = _scale(tl.load(GAMMA + cols2, mask=col_mask2, other=0.0).to(ACC), WEIGHT_OFFSET)
     # This program's share of dgamma, kept in registers across all its rows (no M x N scratch). Summed
     # over each tile's rows as it comes, in float64: a float32 running sum over thousands of rows drifts
     # by more than float32's tolerance; one float64 add per element costs no memory traffic. With
@@ -201,38 +234,55 @@ def _rmsnorm_bwd_kernel(
     # 16-bit dtypes' tolerances leave room for those float32 sums; float32's does not.
     if ROWWISE_DGAMMA:
         dgamma_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+        if BLOCK_N2 > 0:
+            dgamma_acc2 = tl.zeros((BLOCK_M, BLOCK_N2), dtype=ACC)
     else:
         dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float64)
+        if BLOCK_N2 > 0:
+            dgamma_acc2 = tl.zeros((BLOCK_N2,), dtype=tl.float64)
     # Persistent: tiles pid, pid + P, ... in a fixed order, so the sum is the same every run. With
     # STAGES > 1 the next tile's x and dy are copied into shared memory (cp.async) while this one is
     # computed: without it a multiprocessor has one tile in flight and waits on memory latency.
     for tile in tl.range(pid, tl.cdiv(M, BLOCK_M), num_programs, num_stages=STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
-        mask = (rows < M)[:, None] & col_mask[None, :]
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
-        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(ACC)
-        r = _inv_sqrt(tl.sum(x * x, axis=1) / N + tl.cast(eps, ACC), FP64)  # the forward's r, same logical N
-        n = x * r[:, None]
-        if ROUND_NORM:  # as the forward did; its gradient is the identity, as autograd takes it
-            n = _rounded(n, X.dtype.element_ty).to(ACC)
-        if SILU:  # dy is the gradient of silu(y): take it back through the SiLU
-            dy = dy * _silu_grad(n * gamma[None, :])
-        u = dy * gamma[None, :]
-        mean_ux = tl.sum(u * x, axis=1) / N  # N again: the padding lanes hold u * x = 0
-        dx = r[:, None] * u - x * (r * r * r * mean_ux)[:, None]
-        if HAS_DH:  # x was h = x + residual, which also went on: its own gradient joins
-            dx += tl.load(DH + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0).to(ACC)
-        tl.store(DX + rows[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty), mask=mask)
+        row_mask = rows < M
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = _load_rows(X, rows, stride_x, cols, mask, ACC)
+        dy = _load_rows(DY, rows, stride_dy, cols, mask, ACC)
+        sum_sq = tl.sum(x * x, axis=1)
+        if BLOCK_N2 > 0:
+            mask2 = row_mask[:, None] & col_mask2[None, :]
+            x2 = _load_rows(X, rows, stride_x, cols2, mask2, ACC)
+            dy2 = _load_rows(DY, rows, stride_dy, cols2, mask2, ACC)
+            sum_sq += tl.sum(x2 * x2, axis=1)
+        r = _inv_sqrt(sum_sq / N + tl.cast(eps, ACC), FP64)  # the forward's r, same logical N
+        n, dy, u = _bwd_u(x, dy, gamma, r, X.dtype.element_ty, SILU, ROUND_NORM)
+        sum_ux = tl.sum(u * x, axis=1)  # the padding lanes hold u * x = 0
+        if BLOCK_N2 > 0:
+            n2, dy2, u2 = _bwd_u(x2, dy2, gamma2, r, X.dtype.element_ty, SILU, ROUND_NORM)
+            sum_ux += tl.sum(u2 * x2, axis=1)
+        c = r * r * r * (sum_ux / N)  # N again, not the lanes
+        _bwd_store_dx(DX, DH, rows, cols, mask, stride_dx, stride_dh, x, u, r, c, HAS_DH)
+        if BLOCK_N2 > 0:
+            _bwd_store_dx(DX, DH, rows, cols2, mask2, stride_dx, stride_dh, x2, u2, r, c, HAS_DH)
         # Masked rows and lanes hold dy = x = 0: they add nothing.
         if ROWWISE_DGAMMA:
             dgamma_acc += dy * n
+            if BLOCK_N2 > 0:
+                dgamma_acc2 += dy2 * n2
         else:
             dgamma_acc += tl.sum(dy * n, axis=0).to(tl.float64)
+            if BLOCK_N2 > 0:
+                dgamma_acc2 += tl.sum(dy2 * n2, axis=0).to(tl.float64)
+    partial_row = PARTIAL + pid.to(tl.int64) * N  # row pid of the (P, N) partials
     if ROWWISE_DGAMMA:
-        dgamma_sum = tl.sum(dgamma_acc.to(tl.float64), axis=0)
+        tl.store(partial_row + cols, tl.sum(dgamma_acc.to(tl.float64), axis=0), mask=col_mask)
+        if BLOCK_N2 > 0:
+            tl.store(partial_row + cols2, tl.sum(dgamma_acc2.to(tl.float64), axis=0), mask=col_mask2)
     else:
-        dgamma_sum = dgamma_acc
-    tl.store(PARTIAL + pid.to(tl.int64) * N + cols, dgamma_sum, mask=col_mask)  # row pid of the (P, N) partials
+        tl.store(partial_row + cols, dgamma_acc, mask=col_mask)
+        if BLOCK_N2 > 0:
+            tl.store(partial_row + cols2, dgamma_acc2, mask=col_mask2)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ The rules are the code below, in this order:
   (``chunked_forward``); the tile comes from ``whole_row_tile``, ``chunked_forward`` or
   ``looped_forward_chunk``. Rows read without 16-byte vectors take chunks past ``ROW_LIMIT``
   (``UNALIGNED_CHUNK_WARPS``), and otherwise a persistent grid sized by the multiprocessors.
-- ``_backward`` picks one of ``BACKWARD_BRANCHES`` from N; the tile comes from ``backward_tile``, smaller
-  for problems of few rows; narrow 16-bit rows sum dgamma per tile element when programs take several
+- ``_backward`` picks one of ``BACKWARD_BRANCHES`` from N; a whole row is one power-of-two piece of
+  lanes, or two (``row_pieces``) for narrow rows and rows off 16 bytes; the tile comes from
+  ``backward_tile``, smaller for problems of few rows; narrow 16-bit rows sum dgamma per tile element when programs take several
   tiles; its persistent grid, sized by the multiprocessors alone, is also the number of rows of dgamma
   partials.
 - ``stages_that_fit`` cuts every pipeline to the GPU's shared memory.
@@ -154,9 +155,11 @@ class Plan:
     #: Forward grid: one program per row tile, or fewer persistent ones that loop over the tiles.
     fwd_programs: int
     fwd_stages: int
-    #: Tile of the backward's dx/dgamma kernel: BLOCK_M rows by BLOCK_N columns (a segment when looped).
+    #: Tile of the backward's dx/dgamma kernel: BLOCK_M rows by BLOCK_N columns (a segment when looped),
+    #: and for whole rows a second piece of BLOCK_N2 columns after them, or none (0): ``row_pieces``.
     bwd_block_m: int
     bwd_block_n: int
+    bwd_block_n2: int
     bwd_warps: int
     #: Rows of the float64 dgamma partials = persistent backward programs along the rows. Bounded by the
     #: GPU, never by the number of rows.
@@ -198,7 +201,7 @@ def plan(
     sum_block_n = INTERPRETER_SUM_BLOCK_N if gpu == INTERPRETER else SUM_BLOCK_N
     return Plan(
         **_forward(rows, n, gpu, vec, x_bytes, residual),
-        **_backward(rows, n, gpu, x_bytes, gamma_bytes),
+        **_backward(rows, n, gpu, vec, x_bytes, gamma_bytes),
         sum_block_n=sum_block_n,
         vec=vec,
     )
@@ -233,7 +236,7 @@ def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, residual: bool
         chunk, warps = looped_forward_chunk(n)
         return dict(fwd_branch="quarter_chunks", looped=True, block_n=chunk, fwd_warps=warps, **two_pass)
     # Whole rows: all that is left, including rows that ``chunked_forward`` refuses on a GPU of small L2.
-    block_m, warps = whole_row_tile(block_n, aligned, residual)
+    block_m, warps = whole_row_tile(block_n, aligned, residual, n)
     tiles = triton.cdiv(rows, block_m)
     whole = dict(looped=False, fwd_two_pass=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps)
     if aligned:
@@ -277,22 +280,25 @@ def looped_forward_chunk(n: int) -> tuple[int, int]:
     return chunk, 16 if block_n <= 16384 else 32
 
 
-def whole_row_tile(block_n: int, aligned: bool = True, residual: bool = False) -> tuple[int, int]:
+def whole_row_tile(block_n: int, aligned: bool = True, residual: bool = False, n: int | None = None) -> tuple[int, int]:
     """(rows per tile, warps) of the whole-row forward for rows of BLOCK_N lanes: about
     ``TILE_ELEMENTS`` lanes a tile, at most ``MAX_ROWS_PER_TILE`` rows; ``FWD_LANES_PER_THREAD`` lanes a
     thread for rows of at least ``WIDE_TILE_ROW_LANES`` read in 16-byte vectors (``aligned``), which keeps
-    more rows in flight per warp, ``NARROW_FWD_LANES_PER_THREAD`` otherwise; with a ``residual``, at least
-    ``RESIDUAL_MIN_WARPS`` for aligned rows of at least ``WIDE_TILE_ROW_LANES``."""
-    block_m = max(1, min(MAX_ROWS_PER_TILE, TILE_ELEMENTS // block_n))
+    more rows in flight per warp, ``NARROW_FWD_LANES_PER_THREAD`` otherwise, twice that over tiles twice
+    as large for narrower rows of N elements that leave lanes padded (N = 96 in 128 lanes: each thread's
+    padded lanes carry no bytes); with a ``residual``, at least ``RESIDUAL_MIN_WARPS`` for aligned rows
+    of at least ``WIDE_TILE_ROW_LANES``."""
     wide = aligned and block_n >= WIDE_TILE_ROW_LANES
-    lanes = FWD_LANES_PER_THREAD if wide else NARROW_FWD_LANES_PER_THREAD
+    padded = aligned and not wide and n is not None and n != block_n
+    tile, lanes = (2 * TILE_ELEMENTS, 2 * NARROW_FWD_LANES_PER_THREAD) if padded else (TILE_ELEMENTS, None)
+    block_m = max(1, min(MAX_ROWS_PER_TILE, tile // block_n))
+    lanes = lanes or (FWD_LANES_PER_THREAD if wide else NARROW_FWD_LANES_PER_THREAD)
     warps = max(1, min(8, block_m * block_n // (32 * lanes)))
     return block_m, max(warps, RESIDUAL_MIN_WARPS) if residual and wide else warps
 
 
-def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> dict:
-    block_n = triton.next_power_of_2(n)
-    if block_n > ROW_LIMIT:  # a row does not fit in one program's registers: statistics first, then dx
+def _backward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, gamma_bytes: int) -> dict:
+    if triton.next_power_of_2(n) > ROW_LIMIT:  # a row does not fit in a program's registers: statistics, then dx
         segments = triton.cdiv(n, SEG_BLOCK_N)
         programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), SEG_PROGRAMS_PER_SM * gpu.sms // segments))
         # One depth for both steps: the one whose loads (row statistics: x, dy and gamma) take more room.
@@ -301,6 +307,7 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
             bwd_branch="looped",
             bwd_block_m=SEG_BLOCK_M,
             bwd_block_n=SEG_BLOCK_N,
+            bwd_block_n2=0,
             bwd_warps=SEG_WARPS,
             partial_rows=programs,
             bwd_rowwise_dgamma=False,
@@ -309,15 +316,19 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
             stats_block_n=STATS_BLOCK_N,
             stats_warps=STATS_WARPS,
         )
-    narrow = block_n * x_bytes <= NARROW_ROW_BYTES
+    narrow = triton.next_power_of_2(n) * x_bytes <= NARROW_ROW_BYTES
+    # Two pieces for narrow rows and rows off 16 bytes; for wider aligned rows they were slower on these
+    # settings (docs/design.md).
+    block_n, block_n2 = row_pieces(n) if narrow or vec * x_bytes < 16 else (triton.next_power_of_2(n), 0)
+    lanes = block_n + block_n2
     per_sm, wanted = (NARROW_PROGRAMS_PER_SM, NARROW_STAGES) if narrow else (BWD_PROGRAMS_PER_SM, BWD_STAGES)
-    block_m, warps = backward_tile(block_n, x_bytes)
+    block_m, warps = backward_tile(lanes, block_n, x_bytes)
     # Narrow 16-bit rows sum dgamma per tile element (tiles sized for float32 sums) only when programs
     # take more than one tile: with one tile each there is nothing to sum across tiles, and the smaller
     # tiles only double the programs and the partials, which made small problems slower (docs/design.md).
     rowwise = narrow and x_bytes == 2 and triton.cdiv(rows, block_m) > per_sm * gpu.sms
     if rowwise:
-        block_m, warps = backward_tile(block_n, x_bytes, rowwise=True)
+        block_m, warps = backward_tile(lanes, block_n, x_bytes, rowwise=True)
     min_tiles = max(1, int(BWD_MIN_TILES_PER_SM * gpu.sms))
     if rows < min_tiles * block_m:  # a small problem: smaller tiles, so that the GPU gets more programs
         # int(): a symbolic row count (see plan_for) is specialized here, for problems this small only.
@@ -326,11 +337,12 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
     programs = min(tiles, per_sm * gpu.sms)
     # the pipelines of the programs a multiprocessor holds share its shared memory
     smem = gpu.smem_bytes // per_sm
-    stages = stages_that_fit(wanted, 2 * block_m * block_n * x_bytes, smem) if programs < tiles else 1
+    stages = stages_that_fit(wanted, 2 * block_m * lanes * x_bytes, smem) if programs < tiles else 1
     return dict(
         bwd_branch="whole_rows",
         bwd_block_m=block_m,
         bwd_block_n=block_n,
+        bwd_block_n2=block_n2,
         bwd_warps=warps,
         partial_rows=programs,
         bwd_rowwise_dgamma=rowwise,
@@ -341,20 +353,39 @@ def _backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> di
     )
 
 
-def backward_tile(block_n: int, x_bytes: int, rowwise: bool = False) -> tuple[int, int]:
-    """(rows per tile, warps) of the whole-row backward: ``BWD_TILE_BYTES`` of x a tile, warps that span
-    one row with one 16-byte vector a thread (at most ``BWD_MAX_WARPS``), so that the per-column dgamma
-    sum over the tile's rows stays inside each thread. Rows of at most ``NARROW_ROW_BYTES`` (per-head q/k
-    norms, small models) would get one or two warps that way, and the GPU too few warps to hide latency:
-    they take ``NARROW_WARPS`` whatever N and as many rows as ``BWD_TILE_BYTES`` of x holds, at most
-    ``NARROW_MAX_ROWS_PER_TILE``, and ``_backward`` gives them ``NARROW_PROGRAMS_PER_SM`` programs a
-    multiprocessor. ``rowwise`` (dgamma summed per tile element, ``Plan.bwd_rowwise_dgamma``): the bytes
-    of x counted as computed, in float32, because each element keeps a float32 sum."""
-    if block_n * x_bytes <= NARROW_ROW_BYTES:
+def row_pieces(n: int) -> tuple[int, int]:
+    """The whole-row backward's lanes for a row of N: one power of two (N's next), or two, the next lower
+    power of two and after it the power of two that covers the rest, where those are fewer lanes
+    (N = 5120: 4096 + 1024, not 8192; N = 4097: 4096 + 1). Padding lanes hold registers and load
+    nothing: fewer of them leave room for more rows in flight."""
+    block_n = triton.next_power_of_2(n)
+    if block_n == n:
+        return block_n, 0
+    first = block_n // 2
+    second = triton.next_power_of_2(n - first)
+    return (first, second) if second < first else (block_n, 0)
+
+
+def backward_tile(lanes: int, block_n: int, x_bytes: int, rowwise: bool = False) -> tuple[int, int]:
+    """(rows per tile, warps) of the whole-row backward for rows of ``lanes`` lanes whose first piece
+    (``row_pieces``) has ``block_n``: ``BWD_TILE_BYTES`` of x a tile (rounded down to a power of two of
+    rows), warps that span the first piece with one 16-byte vector a thread (at most ``BWD_MAX_WARPS``),
+    so that the per-column dgamma sum over the tile's rows stays inside each thread. Rows of at most
+    ``NARROW_ROW_BYTES`` (per-head q/k norms, small models) would get one or two warps that way, and the
+    GPU too few warps to hide latency: they take ``NARROW_WARPS`` whatever N and as many rows as
+    ``BWD_TILE_BYTES`` of x holds, at most ``NARROW_MAX_ROWS_PER_TILE``, and ``_backward`` gives them
+    ``NARROW_PROGRAMS_PER_SM`` programs a multiprocessor. ``rowwise`` (dgamma summed per tile element,
+    ``Plan.bwd_rowwise_dgamma``): the bytes of x counted as computed, in float32, because each element
+    keeps a float32 sum."""
+    if lanes * x_bytes <= NARROW_ROW_BYTES:
         elem_bytes = max(x_bytes, 4) if rowwise else x_bytes
-        return min(NARROW_MAX_ROWS_PER_TILE, BWD_TILE_BYTES // (block_n * elem_bytes)), NARROW_WARPS
-    block_m = max(1, min(MAX_ROWS_PER_TILE, BWD_TILE_BYTES // (block_n * x_bytes)))
+        return min(NARROW_MAX_ROWS_PER_TILE, _floor_power_of_two(BWD_TILE_BYTES // (lanes * elem_bytes))), NARROW_WARPS
+    block_m = max(1, min(MAX_ROWS_PER_TILE, _floor_power_of_two(BWD_TILE_BYTES // (lanes * x_bytes))))
     return block_m, max(1, min(BWD_MAX_WARPS, block_n * x_bytes // (16 * 32)))
+
+
+def _floor_power_of_two(v: int) -> int:
+    return 1 << (v.bit_length() - 1) if v >= 1 else 1
 
 
 def stages_that_fit(wanted: int, bytes_per_stage: int, smem_bytes: int) -> int:

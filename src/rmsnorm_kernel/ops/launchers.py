@@ -251,6 +251,7 @@ def rmsnorm_backward(
             eps,
             BLOCK_M=p.bwd_block_m,
             BLOCK_N=p.bwd_block_n,
+            BLOCK_N2=p.bwd_block_n2,
             STAGES=p.bwd_stages,
             VEC=vec,
             SILU=activation == "silu",

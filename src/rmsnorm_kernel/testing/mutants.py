@@ -49,7 +49,8 @@ def block_mean_kernel(name: str):
 
     source = (
         "import triton\nimport triton.language as tl\n\n"
-        "from rmsnorm_kernel.ops.kernels import _inv_sqrt, _rounded, _scale, _silu_grad  # the kernels' helpers\n\n\n"
+        "from rmsnorm_kernel.ops.kernels import (  # the kernels' helpers\n"
+        "    _bwd_store_dx, _bwd_u, _inv_sqrt, _load_rows, _rounded, _scale, _silu_grad,\n)\n\n\n"
         + block_mean_source(getattr(kernels, name))
     )
     folder = Path(tempfile.mkdtemp(prefix="rmsnorm_kernel_mutants_"))
@@ -66,11 +67,12 @@ def _whole_row_plan(x2: torch.Tensor, gamma: torch.Tensor):
     if p.looped:
         raise ValueError(f"mutants: N = {x2.shape[1]} takes the looped kernels, which have no BLOCK-denominator mutant")
     if p.fwd_two_pass:  # the whole-row forward's settings for these rows instead
-        block_m, warps = whole_row_tile(p.bwd_block_n)
+        block_n = 1 << (x2.shape[1] - 1).bit_length()  # the next power of two
+        block_m, warps = whole_row_tile(block_n)
         p = dataclasses.replace(
             p,
             fwd_two_pass=False,
-            block_n=p.bwd_block_n,
+            block_n=block_n,
             fwd_block_m=block_m,
             fwd_warps=warps,
             fwd_programs=-(-x2.shape[0] // block_m),
@@ -137,6 +139,7 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
         eps,
         BLOCK_M=p.bwd_block_m,
         BLOCK_N=p.bwd_block_n,
+        BLOCK_N2=p.bwd_block_n2,
         STAGES=p.bwd_stages,
         VEC=1,
         SILU=False,
