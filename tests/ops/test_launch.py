@@ -408,3 +408,12 @@ def test_two_pieces_are_planned_for_narrow_rows_and_rows_off_16_bytes_only():
     assert pieces(5120, 2) == (8192, 0)
     assert pieces(2560, 4) == (4096, 0)
     assert pieces(4096, 2) == (4096, 0)
+
+
+def test_rows_off_16_bytes_in_two_pieces_take_the_narrow_rows_programs():
+    """4 warps, two programs a multiprocessor, 3 stages; dgamma summed per tile element for 16-bit x only."""
+    for x_bytes, rowwise in ((2, True), (4, False)):
+        p = launch.plan(32768, 4097, launch.H200, None, x_bytes, x_bytes)
+        assert (p.bwd_warps, p.partial_rows, p.bwd_stages, p.bwd_rowwise_dgamma) == (4, 264, 3, rowwise), p
+    p = launch.plan(32768, 6244, launch.H200, None, 2, 2)  # off 16 bytes in one piece: as aligned rows
+    assert (p.bwd_block_n2, p.bwd_warps, p.partial_rows) == (0, 8, 132), p

@@ -228,7 +228,7 @@ def _rmsnorm_bwd_kernel(
     # This program's share of dgamma, kept in registers across all its rows (no M x N scratch). Summed
     # over each tile's rows as it comes, in float64: a float32 running sum over thousands of rows drifts
     # by more than float32's tolerance; one float64 add per element costs no memory traffic. With
-    # ROWWISE_DGAMMA (narrow rows of 16-bit x, whose rows lie across warps) each (row, column) element of
+    # ROWWISE_DGAMMA (16-bit rows on the narrow rows' settings, which lie across warps) each (row, column) element of
     # the tile keeps its own float32 sum over this program's tiles only (as many terms as tiles per program,
     # a few dozen), and the rows are summed in float64 once, at the end: no sum across warps per tile. The
     # 16-bit dtypes' tolerances leave room for those float32 sums; float32's does not.

@@ -13,10 +13,10 @@ The rules are the code below, in this order:
   ``looped_forward_chunk``. Rows read without 16-byte vectors take chunks past ``ROW_LIMIT``
   (``UNALIGNED_CHUNK_WARPS``), and otherwise a persistent grid sized by the multiprocessors.
 - ``_backward`` picks one of ``BACKWARD_BRANCHES`` from N; a whole row is one power-of-two piece of
-  lanes, or two (``row_pieces``) for narrow rows and rows off 16 bytes; the tile comes from
-  ``backward_tile``, smaller for problems of few rows; narrow 16-bit rows sum dgamma per tile element when programs take several
-  tiles; its persistent grid, sized by the multiprocessors alone, is also the number of rows of dgamma
-  partials.
+  lanes, or two (``row_pieces``) for narrow rows and rows off 16 bytes, which both run on the narrow
+  rows' settings; the tile comes from ``backward_tile``, smaller for problems of few rows; those 16-bit
+  rows sum dgamma per tile element when programs take several tiles; its persistent grid, sized by the
+  multiprocessors alone, is also the number of rows of dgamma partials.
 - ``stages_that_fit`` cuts every pipeline to the GPU's shared memory.
 - ``vector_width`` and ``plan_for``: the plan for the tensors at hand, on their device's GPU.
 
@@ -166,7 +166,8 @@ class Plan:
     partial_rows: int
     #: Each thread sums dgamma for its own (row, column) elements of the tile, over the program's tiles, in
     #: float32, and the tile's rows are summed once at the end (narrow rows of 16-bit x, whose rows spread
-    #: over warps: a sum across warps every tile cost more than the tile's memory traffic), when programs
+    #: over warps: a sum across warps every tile cost more than the tile's memory traffic; and 16-bit rows
+    #: off 16 bytes in two pieces, which run on the narrow rows' settings), when programs
     #: take more than one tile; otherwise each tile's rows are summed as they come, into float64. Not for
     #: float32 x: over many rows the float32 running sums put its dgamma past float32's tolerance
     #: (docs/design.md).
@@ -317,18 +318,22 @@ def _backward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, gamma_bytes: 
             stats_warps=STATS_WARPS,
         )
     narrow = triton.next_power_of_2(n) * x_bytes <= NARROW_ROW_BYTES
+    unaligned = vec * x_bytes < 16
     # Two pieces for narrow rows and rows off 16 bytes; for wider aligned rows they were slower on these
     # settings (docs/design.md).
-    block_n, block_n2 = row_pieces(n) if narrow or vec * x_bytes < 16 else (triton.next_power_of_2(n), 0)
+    block_n, block_n2 = row_pieces(n) if narrow or unaligned else (triton.next_power_of_2(n), 0)
     lanes = block_n + block_n2
-    per_sm, wanted = (NARROW_PROGRAMS_PER_SM, NARROW_STAGES) if narrow else (BWD_PROGRAMS_PER_SM, BWD_STAGES)
+    # Rows off 16 bytes in two pieces run as narrow rows do: their narrow loads want more programs in flight
+    small = narrow or (unaligned and block_n2 > 0)
+    per_sm, wanted = (NARROW_PROGRAMS_PER_SM, NARROW_STAGES) if small else (BWD_PROGRAMS_PER_SM, BWD_STAGES)
     block_m, warps = backward_tile(lanes, block_n, x_bytes)
-    # Narrow 16-bit rows sum dgamma per tile element (tiles sized for float32 sums) only when programs
+    # Those 16-bit rows sum dgamma per tile element (tiles sized for float32 sums) only when programs
     # take more than one tile: with one tile each there is nothing to sum across tiles, and the smaller
     # tiles only double the programs and the partials, which made small problems slower (docs/design.md).
-    rowwise = narrow and x_bytes == 2 and triton.cdiv(rows, block_m) > per_sm * gpu.sms
+    rowwise = small and x_bytes == 2 and triton.cdiv(rows, block_m) > per_sm * gpu.sms
     if rowwise:
         block_m, warps = backward_tile(lanes, block_n, x_bytes, rowwise=True)
+    warps = NARROW_WARPS if small else warps
     min_tiles = max(1, int(BWD_MIN_TILES_PER_SM * gpu.sms))
     if rows < min_tiles * block_m:  # a small problem: smaller tiles, so that the GPU gets more programs
         # int(): a symbolic row count (see plan_for) is specialized here, for problems this small only.
