@@ -2,13 +2,14 @@
 because dx needs two whole-row sums before its first element: per row, r and
 coef = r^3 * mean(u * x) (``_rmsnorm_bwd_row_stats_kernel``); then dx = r * u - x * coef and the per-program
 dgamma partials, over segments of rows and columns (``_rmsnorm_bwd_looped_kernel``). The formulas and the
-shared helpers are those of ``kernels.py``.
+helpers are those of ``kernels.py``: a segment's dx and dgamma terms are the whole-row backward's,
+with r and coef read back rather than summed.
 """
 
 import triton
 import triton.language as tl
 
-from .kernels import _inv_sqrt, _rounded, _scale, _silu_grad
+from .kernels import _bwd_store_dx, _bwd_u, _inv_sqrt, _load_rows, _rounded, _scale, _silu_grad
 
 
 @triton.jit
@@ -103,16 +104,9 @@ def _rmsnorm_bwd_looped_kernel(
         mask = row_mask[:, None] & col_mask[None, :]
         r = tl.load(RSTD + rows, mask=row_mask, other=0.0)
         coef = tl.load(COEF + rows, mask=row_mask, other=0.0)
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
-        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(ACC)
-        n = x * r[:, None]
-        if ROUND_NORM:  # as in _rmsnorm_bwd_kernel
-            n = _rounded(n, X.dtype.element_ty).to(ACC)
-        if SILU:  # as in _rmsnorm_bwd_kernel
-            dy = dy * _silu_grad(n * gamma[None, :])
-        dx = r[:, None] * (dy * gamma[None, :]) - x * coef[:, None]
-        if HAS_DH:  # as in _rmsnorm_bwd_kernel
-            dx += tl.load(DH + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0).to(ACC)
-        tl.store(DX + rows[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty), mask=mask)
+        x = _load_rows(X, rows, stride_x, cols, mask, ACC)
+        dy = _load_rows(DY, rows, stride_dy, cols, mask, ACC)
+        n, dy, u = _bwd_u(x, dy, gamma, r, X.dtype.element_ty, SILU, ROUND_NORM)
+        _bwd_store_dx(DX, DH, rows, cols, mask, stride_dx, stride_dh, x, u, r, coef, HAS_DH)
         dgamma_acc += tl.sum(dy * n, axis=0).to(tl.float64)
     tl.store(PARTIAL + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)
