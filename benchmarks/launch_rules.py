@@ -7,8 +7,9 @@ one kernel by each of a small family of alternatives and times the kernel alone,
 
 - ``fwd``: the two-pass forward over chunks of (512 to 4096 elements) x (4 to 16 warps), against the
   shipped forward (whole rows, chunks, or quarter rows as the rules choose);
-- ``bwd`` with whole rows: tiles of 1 to 16 rows, 4 or 8 warps, 3 or 4 pipeline stages; with looped rows
-  (N > ROW_LIMIT): the row statistics' chunk and warps;
+- ``bwd`` with whole rows: tiles of 1 to 16 rows, 4 or 8 warps, 3 or 4 pipeline stages; rows past
+  ROW_LIMIT: the two steps with the row statistics' chunk and warps, and whole rows read twice on 8 to 32
+  warps, one or two programs a multiprocessor, one or two stages;
 - ``vec1`` in both: the shipped plan with vector loads of one element, what the kernels did before they
   were told the vector width.
 
@@ -51,12 +52,15 @@ X_BYTES = 512 * 2**20
 FWD_CHUNKS = ((512, 4), (1024, 4), (1024, 8), (1024, 16), (2048, 8), (2048, 16), (4096, 16))
 BWD_TILES = ((1, 8, 3), (1, 8, 4), (2, 8, 3), (2, 8, 4), (4, 8, 3), (4, 4, 3), (8, 8, 3), (8, 4, 3), (16, 8, 3))
 STATS = ((1024, 8), (2048, 4), (2048, 8), (4096, 8), (8192, 16))
+#: (warps, programs a multiprocessor, stages) of the backward over whole rows read twice
+REREAD = ((8, 2, 1), (8, 2, 2), (16, 1, 1), (16, 1, 2), (16, 2, 2), (32, 1, 1), (32, 1, 2))
 DEFAULT_ITEMS = (
     [f"fwd:bfloat16:{n}" for n in range(3072, 16385, 1024)]
     + [f"fwd:float32:{n}" for n in (3072, 5120, 6144, 7168, 10240, 12288)]
     + [f"bwd:bfloat16:{n}" for n in range(1024, 8193, 1024)]
     + [f"bwd:float32:{n}" for n in (1024, 2048, 3072, 4096, 6144, 8192)]
     + [f"bwd:bfloat16:{n}" for n in (9216, 13312, 16384)]
+    + [f"bwd:float32:{n}" for n in (9728, 12288, 16384)]
 )
 
 
@@ -73,16 +77,29 @@ def forward_variants(base: launch.Plan, rows: int) -> dict[str, launch.Plan]:
     return _without_repeats(out)
 
 
-def backward_variants(base: launch.Plan, rows: int, n: int, x_bytes: int, gpu: launch.Gpu) -> dict[str, launch.Plan]:
+def backward_variants(
+    base: launch.Plan, rows: int, n: int, x_bytes: int, gpu: launch.Gpu, gamma_bytes: int | None = None
+) -> dict[str, launch.Plan]:
     """The shipped backward and, for whole rows, each (rows per tile, warps, stages) of BWD_TILES that
     fits in shared memory, summing dgamma as the shipped plan does (``Plan.bwd_rowwise_dgamma``); for
-    looped rows, each (chunk, warps) of STATS for the row statistics."""
+    rows past ROW_LIMIT, the two steps with each (chunk, warps) of STATS for the row statistics, and for
+    those of at most REREAD_MAX_LANES lanes whole rows read twice at each (warps, programs a
+    multiprocessor, stages) of REREAD that fits."""
     out = {"base": base}
     if base.vec > 1:
         out["vec1"] = dataclasses.replace(base, vec=1)
-    if base.looped:
+    if triton.next_power_of_2(n) > launch.ROW_LIMIT:
+        looped = dataclasses.replace(base, **launch.looped_backward(rows, n, gpu, x_bytes, gamma_bytes or x_bytes))
+        out["two_steps"] = looped
         for chunk, warps in STATS:
-            out[f"stats{chunk}_w{warps}"] = dataclasses.replace(base, stats_block_n=chunk, stats_warps=warps)
+            out[f"stats{chunk}_w{warps}"] = dataclasses.replace(looped, stats_block_n=chunk, stats_warps=warps)
+        if sum(launch.row_pieces(n)) <= launch.REREAD_MAX_LANES:
+            for warps, per_sm, stages in REREAD:
+                settings = launch.reread_backward(rows, n, gpu, x_bytes, warps, per_sm, stages)
+                if (stages - 1) * 2 * (settings["bwd_block_n"] + settings["bwd_block_n2"]) * x_bytes <= (
+                    gpu.smem_bytes - launch.SMEM_RESERVE_BYTES
+                ):
+                    out[f"reread_w{warps}_p{per_sm}_s{stages}"] = dataclasses.replace(base, **settings)
         return _without_repeats(out)
     lanes = base.bwd_block_n + base.bwd_block_n2  # the shipped plan's pieces of a row
     if base.bwd_block_n2:  # the row as one piece of the next power of two instead
@@ -128,7 +145,7 @@ def run_item(kind: str, dtype_name: str, n: int, device: str, bench, x_bytes_tot
         run = lambda p: (launchers.rmsnorm_forward(x, gamma, EPS, p),)  # noqa: E731
         units = 1.0
     else:
-        variants = backward_variants(base, rows, n, dtype.itemsize, gpu)
+        variants = backward_variants(base, rows, n, dtype.itemsize, gpu, gamma.element_size())
         run = lambda p: launchers.rmsnorm_backward(dy, x, gamma, EPS, p)  # noqa: E731
         units = 1.5
     expected = run(base)

@@ -109,11 +109,11 @@ def test_block_mean_dx_fails_at_257(device):
     assert not case.ok and not case.error
 
 
-def test_block_mean_has_no_looped_rows_and_the_case_says_so(device):
+def test_block_mean_refuses_rows_past_the_row_limit_and_the_case_says_so(device):
     (case,) = campaigns.run_campaign(
         "forward", kernel="block-mean", shapes=[(1, 10000)], dtypes=[torch.float32], device=device
     )
-    assert not case.ok and "looped kernels" in case.error and math.isnan(case.max_abs)
+    assert not case.ok and "wider than launch.ROW_LIMIT" in case.error and math.isnan(case.max_abs)
 
 
 def test_dgamma_campaign_catches_a_doubled_dgamma(device, monkeypatch):

@@ -153,7 +153,10 @@ def test_every_plan_gives_the_kernels_shapes_they_can_run():
             assert p.fwd_programs <= tiles, (key, p)
             if p.fwd_branch in ("whole_rows", "residual_wide_rows"):
                 assert p.fwd_programs == tiles, (key, p)
-        assert p.looped == (triton.next_power_of_2(n) > launch.ROW_LIMIT) == (p.bwd_branch == "looped"), (key, p)
+        assert p.looped == (p.bwd_branch == "looped") and p.bwd_reread == (p.bwd_branch == "reread_rows"), (key, p)
+        assert (triton.next_power_of_2(n) > launch.ROW_LIMIT) == (p.bwd_branch != "whole_rows"), (key, p)
+        if p.bwd_reread:  # one whole row at a time, of at most REREAD_MAX_LANES lanes
+            assert p.bwd_block_m == 1 and p.bwd_block_n + p.bwd_block_n2 <= launch.REREAD_MAX_LANES, (key, p)
         assert residual or p.fwd_branch != "residual_wide_rows", (key, p)
         if p.looped:
             assert p.bwd_grid[1] * p.bwd_block_n >= n and _power_of_two(p.stats_block_n), (key, p)
@@ -318,6 +321,8 @@ BRANCH_CASES = [
     Case("bwd", "whole_rows", "interpreter", (300, 96), BF16),  # narrow rows of many rows a tile
     Case("bwd", "whole_rows", "interpreter", (40, 2048), F32),  # more tiles than programs
     Case("bwd", "whole_rows", "small", (33, 3000), F16),
+    Case("bwd", "reread_rows", "H200", (2, 16384), BF16),
+    Case("bwd", "reread_rows", "interpreter", (3, 8704), F32),  # more rows than programs
     Case("bwd", "looped", "interpreter", (5, 8193), F32),
     Case("bwd", "looped", "H200", (3, 20000), BF16, F32),
 ]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rmsnorm_kernel import oracle, rmsnorm
-from rmsnorm_kernel.ops import kernels
+from rmsnorm_kernel.ops import kernels, launch
 from rmsnorm_kernel.ops.tolerances import compare
 from rmsnorm_kernel.testing import make_inputs, mutants
 
@@ -61,7 +61,9 @@ def test_row_of_257_ones_gives_1_411458_instead_of_0_9999995(device):
     )
 
 
-def test_mutant_refuses_rows_that_take_the_looped_kernels(device):
-    x, gamma, _ = make_inputs((1, 10000), torch.float32, device)
-    with pytest.raises(ValueError, match="N = 10000 takes the looped kernels"):
+@pytest.mark.parametrize("n, branch", [(10000, "reread_rows"), (20000, "looped")])
+def test_mutant_refuses_rows_wider_than_the_row_limit(n, branch, device):
+    x, gamma, _ = make_inputs((1, n), torch.float32, device)
+    assert launch.plan_for(x, gamma).bwd_branch == branch
+    with pytest.raises(ValueError, match=f"N = {n} is wider than launch.ROW_LIMIT"):
         mutants.forward_block_mean(x, gamma, EPS)

@@ -80,7 +80,7 @@ def _control_case(device: str) -> NegativeCase:
 
 def _mutant_case(campaign: str, shapes, device: str) -> tuple[NegativeCase, list[CampaignCase]]:
     cases = run_campaign(campaign, kernel="block-mean", shapes=shapes, device=device)
-    # Shapes the mutant refuses to run (looped rows have no mutant) prove nothing either way.
+    # Shapes the mutant refuses to run (rows wider than launch.ROW_LIMIT have no mutant) prove nothing either way.
     refused = [c for c in cases if c.error]
     compared = [c for c in cases if not c.error]
     caught = [c for c in compared if not c.ok]

@@ -158,8 +158,13 @@ def _rmsnorm_fwd_kernel(
 
 
 @triton.jit
-def _load_rows(P, rows, stride, cols, mask, ACC: tl.constexpr):
-    return tl.load(P + rows[:, None] * stride + cols[None, :], mask=mask, other=0.0).to(ACC)
+def _load_rows(P, rows, stride, cols, mask, ACC: tl.constexpr, EVICT: tl.constexpr):
+    return tl.load(P + rows[:, None] * stride + cols[None, :], mask=mask, other=0.0, eviction_policy=EVICT).to(ACC)
+
+
+@triton.jit
+def _load_gamma(GAMMA, cols, mask, ACC: tl.constexpr, WEIGHT_OFFSET: tl.constexpr):
+    return _scale(tl.load(GAMMA + cols, mask=mask, other=0.0).to(ACC), WEIGHT_OFFSET)
 
 
 @triton.jit
@@ -178,7 +183,7 @@ def _bwd_store_dx(DX, DH, rows, cols, mask, stride_dx, stride_dh, x, u, r, c, HA
     # dx = r * u - x * r^3 * mean(u * x) (c = r^3 * mean(u * x)) of one piece of the tile, plus dh
     dx = r[:, None] * u - x * c[:, None]
     if HAS_DH:  # x was h = x + residual, which also went on: its own gradient joins
-        dx += _load_rows(DH, rows, stride_dh, cols, mask, x.dtype)
+        dx += _load_rows(DH, rows, stride_dh, cols, mask, x.dtype, "")
     tl.store(DX + rows[:, None] * stride_dx + cols[None, :], _rounded(dx, DX.dtype.element_ty), mask=mask)
 
 
@@ -208,8 +213,13 @@ def _rmsnorm_bwd_kernel(
     HAS_DH: tl.constexpr,
     FP64: tl.constexpr,
     ROWWISE_DGAMMA: tl.constexpr,
+    REREAD: tl.constexpr,
 ):
     ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
+    # With REREAD (rows too wide for x, dy, their sums and dgamma's share to fit one program's registers
+    # together) x and dy are read twice: for the row sums, kept in cache (evict_last), and again, from
+    # there, for dx and dgamma. Memory traffic stays one read of each.
+    KEEP: tl.constexpr = "evict_last" if REREAD else ""
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     N = N // VEC * VEC  # vector loads
@@ -220,11 +230,13 @@ def _rmsnorm_bwd_kernel(
     # row statistic sums over both pieces; every element-wise step runs on each.
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    gamma = _scale(tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(ACC), WEIGHT_OFFSET)
     if BLOCK_N2 > 0:
         cols2 = BLOCK_N + tl.arange(0, BLOCK_N2)
         col_mask2 = cols2 < N
-        gamma2 = _scale(tl.load(GAMMA + cols2, mask=col_mask2, other=0.0).to(ACC), WEIGHT_OFFSET)
+    if not REREAD:  # gamma held for all the program's rows; with REREAD loaded at each use, from cache
+        gamma = _load_gamma(GAMMA, cols, col_mask, ACC, WEIGHT_OFFSET)
+        if BLOCK_N2 > 0:
+            gamma2 = _load_gamma(GAMMA, cols2, col_mask2, ACC, WEIGHT_OFFSET)
     # This program's share of dgamma, kept in registers across all its rows (no M x N scratch). Summed
     # over each tile's rows as it comes, in float64: a float32 running sum over thousands of rows drifts
     # by more than float32's tolerance; one float64 add per element costs no memory traffic. With
@@ -247,21 +259,41 @@ def _rmsnorm_bwd_kernel(
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
         row_mask = rows < M
         mask = row_mask[:, None] & col_mask[None, :]
-        x = _load_rows(X, rows, stride_x, cols, mask, ACC)
-        dy = _load_rows(DY, rows, stride_dy, cols, mask, ACC)
+        x = _load_rows(X, rows, stride_x, cols, mask, ACC, KEEP)
+        dy = _load_rows(DY, rows, stride_dy, cols, mask, ACC, KEEP)
         sum_sq = tl.sum(x * x, axis=1)
         if BLOCK_N2 > 0:
             mask2 = row_mask[:, None] & col_mask2[None, :]
-            x2 = _load_rows(X, rows, stride_x, cols2, mask2, ACC)
-            dy2 = _load_rows(DY, rows, stride_dy, cols2, mask2, ACC)
+            x2 = _load_rows(X, rows, stride_x, cols2, mask2, ACC, KEEP)
+            dy2 = _load_rows(DY, rows, stride_dy, cols2, mask2, ACC, KEEP)
             sum_sq += tl.sum(x2 * x2, axis=1)
         r = _inv_sqrt(sum_sq / N + tl.cast(eps, ACC), FP64)  # the forward's r, same logical N
+        if REREAD:
+            gamma = _load_gamma(GAMMA, cols, col_mask, ACC, WEIGHT_OFFSET)
+            if BLOCK_N2 > 0:
+                gamma2 = _load_gamma(GAMMA, cols2, col_mask2, ACC, WEIGHT_OFFSET)
         n, dy, u = _bwd_u(x, dy, gamma, r, X.dtype.element_ty, SILU, ROUND_NORM)
         sum_ux = tl.sum(u * x, axis=1)  # the padding lanes hold u * x = 0
         if BLOCK_N2 > 0:
             n2, dy2, u2 = _bwd_u(x2, dy2, gamma2, r, X.dtype.element_ty, SILU, ROUND_NORM)
             sum_ux += tl.sum(u2 * x2, axis=1)
         c = r * r * r * (sum_ux / N)  # N again, not the lanes
+        if REREAD:
+            # The second reads' mask waits on r, so that the compiler cannot issue them before the sums
+            # and hold both copies (r == r is false only for a NaN row: read as zeros, its dx and dgamma
+            # terms are NaN still).
+            row_n = tl.where(r == r, N, 0)[:, None]
+            again = row_mask[:, None] & (cols[None, :] < row_n)
+            x = _load_rows(X, rows, stride_x, cols, again, ACC, "evict_first")
+            dy = _load_rows(DY, rows, stride_dy, cols, again, ACC, "evict_first")
+            gamma = _load_gamma(GAMMA, cols, col_mask, ACC, WEIGHT_OFFSET)
+            n, dy, u = _bwd_u(x, dy, gamma, r, X.dtype.element_ty, SILU, ROUND_NORM)
+            if BLOCK_N2 > 0:
+                again2 = row_mask[:, None] & (cols2[None, :] < row_n)
+                x2 = _load_rows(X, rows, stride_x, cols2, again2, ACC, "evict_first")
+                dy2 = _load_rows(DY, rows, stride_dy, cols2, again2, ACC, "evict_first")
+                gamma2 = _load_gamma(GAMMA, cols2, col_mask2, ACC, WEIGHT_OFFSET)
+                n2, dy2, u2 = _bwd_u(x2, dy2, gamma2, r, X.dtype.element_ty, SILU, ROUND_NORM)
         _bwd_store_dx(DX, DH, rows, cols, mask, stride_dx, stride_dh, x, u, r, c, HAS_DH)
         if BLOCK_N2 > 0:
             _bwd_store_dx(DX, DH, rows, cols2, mask2, stride_dx, stride_dh, x2, u2, r, c, HAS_DH)

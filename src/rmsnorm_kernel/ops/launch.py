@@ -12,11 +12,12 @@ The rules are the code below, in this order:
   (``chunked_forward``); the tile comes from ``whole_row_tile``, ``chunked_forward`` or
   ``looped_forward_chunk``. Rows read without 16-byte vectors take chunks past ``ROW_LIMIT``
   (``UNALIGNED_CHUNK_WARPS``), and otherwise a persistent grid sized by the multiprocessors.
-- ``_backward`` picks one of ``BACKWARD_BRANCHES`` from N; a whole row is one power-of-two piece of
-  lanes, or two (``row_pieces``) for narrow rows and rows off 16 bytes, which both run on the narrow
-  rows' settings; the tile comes from ``backward_tile``, smaller for problems of few rows; those 16-bit
-  rows sum dgamma per tile element when programs take several tiles; its persistent grid, sized by the
-  multiprocessors alone, is also the number of rows of dgamma partials.
+- ``_backward`` picks one of ``BACKWARD_BRANCHES`` from N: rows wider than ``ROW_LIMIT`` take two
+  steps, or, where ``reread_rows`` says so, whole rows one at a time, read twice; a whole row is one
+  power-of-two piece of lanes, or two (``row_pieces``) for narrow rows and rows off 16 bytes, which both
+  run on the narrow rows' settings; the tile comes from ``backward_tile``, smaller for problems of few
+  rows; those 16-bit rows sum dgamma per tile element when programs take several tiles; its persistent
+  grid, sized by the multiprocessors alone, is also the number of rows of dgamma partials.
 - ``stages_that_fit`` cuts every pipeline to the GPU's shared memory.
 - ``vector_width`` and ``plan_for``: the plan for the tensors at hand, on their device's GPU.
 
@@ -82,7 +83,14 @@ NARROW_PROGRAMS_PER_SM = 2
 NARROW_STAGES = 3
 # Backward, small problems: tiles shrink until there are at least this many a multiprocessor
 BWD_MIN_TILES_PER_SM = 0.5
-# Backward, rows longer than ROW_LIMIT
+# Backward, rows longer than ROW_LIMIT whose pieces (row_pieces) are at most REREAD_MAX_LANES lanes and
+# hold more than REREAD_MIN_ROW_BYTES and at most REREAD_MAX_ROW_BYTES of x: whole rows, one a program at
+# a time, x and dy read twice (the second time from cache), on REREAD_WARPS and one program a
+# multiprocessor, unpipelined. The others, and rows off 16 bytes: two steps.
+REREAD_MAX_LANES = 16384
+REREAD_MIN_ROW_BYTES = 24 * 1024
+REREAD_MAX_ROW_BYTES = 48 * 1024
+REREAD_WARPS = 16
 LOOP_STAGES = 3
 STATS_BLOCK_N = 2048
 STATS_WARPS = 4
@@ -112,7 +120,7 @@ FORWARD_BRANCHES = (
     "whole_rows_persistent",
 )
 #: The backward's branches, in the order ``_backward`` tries them.
-BACKWARD_BRANCHES = ("looped", "whole_rows")
+BACKWARD_BRANCHES = ("looped", "reread_rows", "whole_rows")
 
 
 @dataclass(frozen=True)
@@ -143,8 +151,8 @@ class Plan:
     #: Which of ``FORWARD_BRANCHES`` and ``BACKWARD_BRANCHES`` made the settings below.
     fwd_branch: str
     bwd_branch: str
-    #: Rows wider than ROW_LIMIT: the backward takes two steps, and the forward walks them in chunks
-    #: (unless ``residual_wide_rows``).
+    #: The backward takes two steps, row statistics then dx (``looped_kernels.py``): rows wider than
+    #: ROW_LIMIT that ``reread_rows`` does not take.
     looped: bool
     #: The forward runs the two-pass kernel, one program per row.
     fwd_two_pass: bool
@@ -172,6 +180,9 @@ class Plan:
     #: float32 x: over many rows the float32 running sums put its dgamma past float32's tolerance
     #: (docs/design.md).
     bwd_rowwise_dgamma: bool
+    #: Whole rows too wide for one program to hold x, dy and its dgamma share at once: x and dy are read
+    #: for the row sums and again, from cache, for dx and dgamma (``kernels._rmsnorm_bwd_kernel``).
+    bwd_reread: bool
     #: Backward grid: (programs along rows, column segments).
     bwd_grid: tuple[int, int]
     bwd_stages: int
@@ -214,7 +225,6 @@ def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, residual: bool
     if residual and aligned and ROW_LIMIT < block_n <= RESIDUAL_ROW_LIMIT and 4 * n > 3 * block_n:
         return dict(
             fwd_branch="residual_wide_rows",
-            looped=True,
             fwd_two_pass=False,
             block_n=block_n,
             fwd_block_m=1,
@@ -225,21 +235,21 @@ def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, residual: bool
     two_pass = dict(fwd_two_pass=True, fwd_block_m=1, fwd_programs=rows, fwd_stages=1)
     if block_n <= ROW_LIMIT and aligned and block_n * x_bytes == TWO_PASS_ROW_BYTES and block_n == n:
         chunk = min(n, WIDE_FWD_CHUNK)
-        return dict(fwd_branch="rows_of_16k", looped=False, block_n=chunk, fwd_warps=TWO_PASS_WARPS, **two_pass)
+        return dict(fwd_branch="rows_of_16k", block_n=chunk, fwd_warps=TWO_PASS_WARPS, **two_pass)
     if aligned and block_n != n and n > WHOLE_ROW_FWD_LIMIT and (chunked := chunked_forward(n, x_bytes, gpu)):
         chunk, warps = chunked
-        return dict(fwd_branch="chunks", looped=block_n > ROW_LIMIT, block_n=chunk, fwd_warps=warps, **two_pass)
+        return dict(fwd_branch="chunks", block_n=chunk, fwd_warps=warps, **two_pass)
     if not aligned and block_n > ROW_LIMIT:
         warps = UNALIGNED_CHUNK_WARPS[x_bytes]
         chunk = CHUNK_ELEMENTS_PER_THREAD * 32 * warps
-        return dict(fwd_branch="unaligned_chunks", looped=True, block_n=chunk, fwd_warps=warps, **two_pass)
+        return dict(fwd_branch="unaligned_chunks", block_n=chunk, fwd_warps=warps, **two_pass)
     if block_n > ROW_LIMIT:
         chunk, warps = looped_forward_chunk(n)
-        return dict(fwd_branch="quarter_chunks", looped=True, block_n=chunk, fwd_warps=warps, **two_pass)
+        return dict(fwd_branch="quarter_chunks", block_n=chunk, fwd_warps=warps, **two_pass)
     # Whole rows: all that is left, including rows that ``chunked_forward`` refuses on a GPU of small L2.
     block_m, warps = whole_row_tile(block_n, aligned, residual, n)
     tiles = triton.cdiv(rows, block_m)
-    whole = dict(looped=False, fwd_two_pass=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps)
+    whole = dict(fwd_two_pass=False, block_n=block_n, fwd_block_m=block_m, fwd_warps=warps)
     if aligned:
         return dict(fwd_branch="whole_rows", fwd_programs=tiles, fwd_stages=1, **whole)
     # Narrow loads need more of them in flight: persistent programs that fetch their next tile while
@@ -299,24 +309,10 @@ def whole_row_tile(block_n: int, aligned: bool = True, residual: bool = False, n
 
 
 def _backward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, gamma_bytes: int) -> dict:
-    if triton.next_power_of_2(n) > ROW_LIMIT:  # a row does not fit in a program's registers: statistics, then dx
-        segments = triton.cdiv(n, SEG_BLOCK_N)
-        programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), SEG_PROGRAMS_PER_SM * gpu.sms // segments))
-        # One depth for both steps: the one whose loads (row statistics: x, dy and gamma) take more room.
-        per_stage = max(STATS_BLOCK_N * (2 * x_bytes + gamma_bytes), 2 * SEG_BLOCK_M * SEG_BLOCK_N * x_bytes)
-        return dict(
-            bwd_branch="looped",
-            bwd_block_m=SEG_BLOCK_M,
-            bwd_block_n=SEG_BLOCK_N,
-            bwd_block_n2=0,
-            bwd_warps=SEG_WARPS,
-            partial_rows=programs,
-            bwd_rowwise_dgamma=False,
-            bwd_grid=(programs, segments),
-            bwd_stages=stages_that_fit(LOOP_STAGES, per_stage, gpu.smem_bytes),
-            stats_block_n=STATS_BLOCK_N,
-            stats_warps=STATS_WARPS,
-        )
+    if triton.next_power_of_2(n) > ROW_LIMIT:  # x, dy and dgamma's share of a row do not fit one program
+        if vec * x_bytes == 16 and reread_rows(n, x_bytes):
+            return reread_backward(rows, n, gpu, x_bytes)
+        return looped_backward(rows, n, gpu, x_bytes, gamma_bytes)
     narrow = triton.next_power_of_2(n) * x_bytes <= NARROW_ROW_BYTES
     unaligned = vec * x_bytes < 16
     # Two pieces for narrow rows and rows off 16 bytes; for wider aligned rows they were slower on these
@@ -345,17 +341,85 @@ def _backward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, gamma_bytes: 
     stages = stages_that_fit(wanted, 2 * block_m * lanes * x_bytes, smem) if programs < tiles else 1
     return dict(
         bwd_branch="whole_rows",
+        looped=False,
         bwd_block_m=block_m,
         bwd_block_n=block_n,
         bwd_block_n2=block_n2,
         bwd_warps=warps,
         partial_rows=programs,
         bwd_rowwise_dgamma=rowwise,
+        bwd_reread=False,
         bwd_grid=(programs, 1),
         bwd_stages=stages,
         stats_block_n=0,
         stats_warps=0,
     )
+
+
+def reread_backward(
+    rows: int,
+    n: int,
+    gpu: Gpu,
+    x_bytes: int,
+    warps: int = REREAD_WARPS,
+    per_sm: int = BWD_PROGRAMS_PER_SM,
+    stages: int = 1,
+) -> dict:
+    """The backward's settings for whole rows of N > ``ROW_LIMIT`` read twice (``reread_rows``): one row a
+    tile, in its pieces (``row_pieces``), on ``warps``, ``per_sm`` persistent programs a multiprocessor
+    and ``stages``; 16-bit x sums dgamma in float32 over a program's rows (rows / programs terms), and
+    float64 across programs."""
+    block_n, block_n2 = row_pieces(n)
+    programs = min(rows, per_sm * gpu.sms)
+    return dict(
+        bwd_branch="reread_rows",
+        looped=False,
+        bwd_block_m=1,
+        bwd_block_n=block_n,
+        bwd_block_n2=block_n2,
+        bwd_warps=warps,
+        partial_rows=programs,
+        bwd_rowwise_dgamma=x_bytes == 2,
+        bwd_reread=True,
+        bwd_grid=(programs, 1),
+        bwd_stages=stages,
+        stats_block_n=0,
+        stats_warps=0,
+    )
+
+
+def looped_backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> dict:
+    """The backward's settings for rows of N > ``ROW_LIMIT`` in two steps (``looped_kernels.py``): row
+    statistics in chunks of ``STATS_BLOCK_N``, then dx and dgamma over (row programs x column segments of
+    ``SEG_BLOCK_N``)."""
+    segments = triton.cdiv(n, SEG_BLOCK_N)
+    programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), SEG_PROGRAMS_PER_SM * gpu.sms // segments))
+    # One depth for both steps: the one whose loads (row statistics: x, dy and gamma) take more room.
+    per_stage = max(STATS_BLOCK_N * (2 * x_bytes + gamma_bytes), 2 * SEG_BLOCK_M * SEG_BLOCK_N * x_bytes)
+    return dict(
+        bwd_branch="looped",
+        looped=True,
+        bwd_block_m=SEG_BLOCK_M,
+        bwd_block_n=SEG_BLOCK_N,
+        bwd_block_n2=0,
+        bwd_warps=SEG_WARPS,
+        partial_rows=programs,
+        bwd_rowwise_dgamma=False,
+        bwd_reread=False,
+        bwd_grid=(programs, segments),
+        bwd_stages=stages_that_fit(LOOP_STAGES, per_stage, gpu.smem_bytes),
+        stats_block_n=STATS_BLOCK_N,
+        stats_warps=STATS_WARPS,
+    )
+
+
+def reread_rows(n: int, x_bytes: int) -> bool:
+    """Whether an aligned row of N > ``ROW_LIMIT`` takes the one-kernel backward that reads x and dy
+    twice (``Plan.bwd_reread``): where its pieces are at most ``REREAD_MAX_LANES`` lanes holding more than
+    ``REREAD_MIN_ROW_BYTES`` and at most ``REREAD_MAX_ROW_BYTES`` of x (16-bit rows of 12289-16384,
+    float32 rows of 8193-12288), where it measured faster than the two steps (docs/design.md)."""
+    lanes = sum(row_pieces(n))
+    return lanes <= REREAD_MAX_LANES and REREAD_MIN_ROW_BYTES < lanes * x_bytes <= REREAD_MAX_ROW_BYTES
 
 
 def row_pieces(n: int) -> tuple[int, int]:

@@ -260,6 +260,7 @@ def rmsnorm_backward(
             HAS_DH=dh is not None,
             FP64=fp64,
             ROWWISE_DGAMMA=p.bwd_rowwise_dgamma,
+            REREAD=p.bwd_reread,
             num_warps=p.bwd_warps,
         )
     launch(kernels._dgamma_column_sum_kernel)[(triton.cdiv(n, p.sum_block_n),)](

@@ -8,8 +8,8 @@ N = 257, BLOCK_N = 512 and every mean is about half what it should be (a row of 
 mutant always holds whole rows (the operator walks some rows in chunks, as ``launch.py`` plans). Never
 used by the operator.
 
-The looped kernels (N > launch.ROW_LIMIT) divide by N too, but their chunk is not a padded row, so the
-defect has no counterpart there.
+Rows wider than launch.ROW_LIMIT are refused: the looped kernels divide by N too, but their chunk is not
+a padded row, so the defect has no counterpart there.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def block_mean_kernel(name: str):
     source = (
         "import triton\nimport triton.language as tl\n\n"
         "from rmsnorm_kernel.ops.kernels import (  # the kernels' helpers\n"
-        "    _bwd_store_dx, _bwd_u, _inv_sqrt, _load_rows, _rounded, _scale, _silu_grad,\n)\n\n\n"
+        "    _bwd_store_dx, _bwd_u, _inv_sqrt, _load_gamma, _load_rows, _rounded, _scale, _silu_grad,\n)\n\n\n"
         + block_mean_source(getattr(kernels, name))
     )
     folder = Path(tempfile.mkdtemp(prefix="rmsnorm_kernel_mutants_"))
@@ -64,8 +64,11 @@ def block_mean_kernel(name: str):
 
 def _whole_row_plan(x2: torch.Tensor, gamma: torch.Tensor):
     p = plan_for(x2, gamma)
-    if p.looped:
-        raise ValueError(f"mutants: N = {x2.shape[1]} takes the looped kernels, which have no BLOCK-denominator mutant")
+    if p.bwd_branch != "whole_rows":
+        raise ValueError(
+            f"mutants: N = {x2.shape[1]} is wider than launch.ROW_LIMIT: its backward ({p.bwd_branch}) has no "
+            "BLOCK-denominator mutant"
+        )
     if p.fwd_two_pass:  # the whole-row forward's settings for these rows instead
         block_n = 1 << (x2.shape[1] - 1).bit_length()  # the next power of two
         block_m, warps = whole_row_tile(block_n)
@@ -148,6 +151,7 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
         HAS_DH=False,
         FP64=x.dtype == torch.float64,
         ROWWISE_DGAMMA=p.bwd_rowwise_dgamma,
+        REREAD=p.bwd_reread,
         num_warps=p.bwd_warps,
     )
     return dx
