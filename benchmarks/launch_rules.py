@@ -78,7 +78,7 @@ def forward_variants(base: launch.Plan, rows: int) -> dict[str, launch.Plan]:
 
 
 def backward_variants(
-    base: launch.Plan, rows: int, n: int, x_bytes: int, gpu: launch.Gpu, gamma_bytes: int | None = None
+    base: launch.Plan, rows: int, n: int, x_bytes: int, gpu: launch.Gpu, gamma_bytes: int
 ) -> dict[str, launch.Plan]:
     """The shipped backward and, for whole rows, each (rows per tile, warps, stages) of BWD_TILES that
     fits in shared memory, summing dgamma as the shipped plan does (``Plan.bwd_rowwise_dgamma``); for
@@ -89,16 +89,15 @@ def backward_variants(
     if base.vec > 1:
         out["vec1"] = dataclasses.replace(base, vec=1)
     if triton.next_power_of_2(n) > launch.ROW_LIMIT:
-        looped = dataclasses.replace(base, **launch.looped_backward(rows, n, gpu, x_bytes, gamma_bytes or x_bytes))
+        looped = dataclasses.replace(base, **launch.looped_backward(rows, n, gpu, x_bytes, gamma_bytes))
         out["two_steps"] = looped
         for chunk, warps in STATS:
             out[f"stats{chunk}_w{warps}"] = dataclasses.replace(looped, stats_block_n=chunk, stats_warps=warps)
         if sum(launch.row_pieces(n)) <= launch.REREAD_MAX_LANES:
+            stage_bytes = launch.reread_stage_bytes(n, x_bytes, gamma_bytes)
             for warps, per_sm, stages in REREAD:
-                settings = launch.reread_backward(rows, n, gpu, x_bytes, warps, per_sm, stages)
-                if (stages - 1) * 2 * (settings["bwd_block_n"] + settings["bwd_block_n2"]) * x_bytes <= (
-                    gpu.smem_bytes - launch.SMEM_RESERVE_BYTES
-                ):
+                if launch.stages_that_fit(stages, stage_bytes, gpu.smem_bytes) == stages:
+                    settings = launch.reread_backward(rows, n, gpu, x_bytes, gamma_bytes, warps, per_sm, stages)
                     out[f"reread_w{warps}_p{per_sm}_s{stages}"] = dataclasses.replace(base, **settings)
         return _without_repeats(out)
     lanes = base.bwd_block_n + base.bwd_block_n2  # the shipped plan's pieces of a row

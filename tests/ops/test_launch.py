@@ -167,6 +167,19 @@ def test_every_plan_gives_the_kernels_shapes_they_can_run():
             assert p.bwd_block_n2 == 0 or p.bwd_block_n < n, (key, p)  # a second piece only past the first
 
 
+@pytest.mark.parametrize(
+    "n, dtype, stages",
+    [
+        (9728, torch.float32, 2),  # 8192 + 2048 lanes: both reads' stage buffers take 200 KiB of 227
+        (12288, torch.float32, 1),  # 8192 + 4096 lanes: a second stage would take 240 KiB
+        (16384, torch.bfloat16, 1),  # 16-bit rows are not pipelined
+    ],
+)
+def test_rows_read_twice_are_pipelined_only_in_float32_and_only_where_both_reads_fit(n, dtype, stages):
+    p = launch.plan(4096, n, launch.H200, None, dtype.itemsize, dtype.itemsize)
+    assert p.bwd_branch == "reread_rows" and p.bwd_stages == stages
+
+
 def test_the_chunked_forward_keeps_its_rows_in_flight_within_its_l2_share():
     """Its second pass reads each row again, from L2: the rows of every program the GPU holds at once fit
     in ``L2_SHARE`` of it."""

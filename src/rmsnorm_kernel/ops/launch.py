@@ -86,11 +86,13 @@ BWD_MIN_TILES_PER_SM = 0.5
 # Backward, rows longer than ROW_LIMIT whose pieces (row_pieces) are at most REREAD_MAX_LANES lanes and
 # hold more than REREAD_MIN_ROW_BYTES and at most REREAD_MAX_ROW_BYTES of x: whole rows, one a program at
 # a time, x and dy read twice (the second time from cache), on REREAD_WARPS and one program a
-# multiprocessor, unpipelined. The others, and rows off 16 bytes: two steps.
+# multiprocessor, REREAD_STAGES deep (by x's element size) where that fits. The others, and rows off 16
+# bytes: two steps.
 REREAD_MAX_LANES = 16384
 REREAD_MIN_ROW_BYTES = 24 * 1024
 REREAD_MAX_ROW_BYTES = 48 * 1024
 REREAD_WARPS = 16
+REREAD_STAGES = {2: 1, 4: 2}
 LOOP_STAGES = 3
 STATS_BLOCK_N = 2048
 STATS_WARPS = 4
@@ -311,7 +313,7 @@ def whole_row_tile(block_n: int, aligned: bool = True, residual: bool = False, n
 def _backward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, gamma_bytes: int) -> dict:
     if triton.next_power_of_2(n) > ROW_LIMIT:  # x, dy and dgamma's share of a row do not fit one program
         if vec * x_bytes == 16 and reread_rows(n, x_bytes):
-            return reread_backward(rows, n, gpu, x_bytes)
+            return reread_backward(rows, n, gpu, x_bytes, gamma_bytes)
         return looped_backward(rows, n, gpu, x_bytes, gamma_bytes)
     narrow = triton.next_power_of_2(n) * x_bytes <= NARROW_ROW_BYTES
     unaligned = vec * x_bytes < 16
@@ -361,16 +363,19 @@ def reread_backward(
     n: int,
     gpu: Gpu,
     x_bytes: int,
+    gamma_bytes: int,
     warps: int = REREAD_WARPS,
     per_sm: int = BWD_PROGRAMS_PER_SM,
-    stages: int = 1,
+    stages: int | None = None,
 ) -> dict:
     """The backward's settings for whole rows of N > ``ROW_LIMIT`` read twice (``reread_rows``): one row a
     tile, in its pieces (``row_pieces``), on ``warps``, ``per_sm`` persistent programs a multiprocessor
-    and ``stages``; 16-bit x sums dgamma in float32 over a program's rows (rows / programs terms), and
-    float64 across programs."""
+    and ``stages`` (by default ``REREAD_STAGES``, as deep as fits); 16-bit x sums dgamma in float32 over
+    a program's rows (rows / programs terms), and float64 across programs."""
     block_n, block_n2 = row_pieces(n)
     programs = min(rows, per_sm * gpu.sms)
+    if stages is None:
+        stages = stages_that_fit(REREAD_STAGES[x_bytes], reread_stage_bytes(n, x_bytes, gamma_bytes), gpu.smem_bytes)
     return dict(
         bwd_branch="reread_rows",
         looped=False,
@@ -386,6 +391,12 @@ def reread_backward(
         stats_block_n=0,
         stats_warps=0,
     )
+
+
+def reread_stage_bytes(n: int, x_bytes: int, gamma_bytes: int) -> int:
+    """Shared memory a pipeline stage of the backward over rows read twice takes: both reads of x and dy
+    and the load of gamma, over the row's pieces."""
+    return sum(row_pieces(n)) * (4 * x_bytes + gamma_bytes)
 
 
 def looped_backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> dict:
