@@ -168,15 +168,16 @@ def test_every_plan_gives_the_kernels_shapes_they_can_run():
 
 
 @pytest.mark.parametrize(
-    "n, dtype, stages",
+    "n, dtype, residual, stages",
     [
-        (9728, torch.float32, 2),  # 8192 + 2048 lanes: both reads' stage buffers take 200 KiB of 227
-        (12288, torch.float32, 1),  # 8192 + 4096 lanes: a second stage would take 240 KiB
-        (16384, torch.bfloat16, 1),  # 16-bit rows are not pipelined
+        (9728, torch.float32, False, 2),  # 8192 + 2048 lanes: both reads' stage buffers take 200 KiB of 227
+        (9728, torch.float32, True, 1),  # with dh's loads too a second stage would take 240 KiB
+        (12288, torch.float32, False, 1),  # 8192 + 4096 lanes: a second stage would take 240 KiB
+        (16384, torch.bfloat16, False, 1),  # 16-bit rows are not pipelined
     ],
 )
-def test_rows_read_twice_are_pipelined_only_in_float32_and_only_where_both_reads_fit(n, dtype, stages):
-    p = launch.plan(4096, n, launch.H200, None, dtype.itemsize, dtype.itemsize)
+def test_rows_read_twice_are_pipelined_only_in_float32_and_only_where_every_load_fits(n, dtype, residual, stages):
+    p = launch.plan(4096, n, launch.H200, None, dtype.itemsize, dtype.itemsize, residual)
     assert p.bwd_branch == "reread_rows" and p.bwd_stages == stages
 
 

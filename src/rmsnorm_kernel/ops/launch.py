@@ -215,7 +215,7 @@ def plan(
     sum_block_n = INTERPRETER_SUM_BLOCK_N if gpu == INTERPRETER else SUM_BLOCK_N
     return Plan(
         **_forward(rows, n, gpu, vec, x_bytes, residual),
-        **_backward(rows, n, gpu, vec, x_bytes, gamma_bytes),
+        **_backward(rows, n, gpu, vec, x_bytes, gamma_bytes, residual),
         sum_block_n=sum_block_n,
         vec=vec,
     )
@@ -310,10 +310,10 @@ def whole_row_tile(block_n: int, aligned: bool = True, residual: bool = False, n
     return block_m, max(warps, RESIDUAL_MIN_WARPS) if residual and wide else warps
 
 
-def _backward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, gamma_bytes: int) -> dict:
+def _backward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, gamma_bytes: int, residual: bool) -> dict:
     if triton.next_power_of_2(n) > ROW_LIMIT:  # x, dy and dgamma's share of a row do not fit one program
         if vec * x_bytes == 16 and reread_rows(n, x_bytes):
-            return reread_backward(rows, n, gpu, x_bytes, gamma_bytes)
+            return reread_backward(rows, n, gpu, x_bytes, gamma_bytes, residual)
         return looped_backward(rows, n, gpu, x_bytes, gamma_bytes)
     narrow = triton.next_power_of_2(n) * x_bytes <= NARROW_ROW_BYTES
     unaligned = vec * x_bytes < 16
@@ -364,18 +364,21 @@ def reread_backward(
     gpu: Gpu,
     x_bytes: int,
     gamma_bytes: int,
+    residual: bool,
     warps: int = REREAD_WARPS,
     per_sm: int = BWD_PROGRAMS_PER_SM,
     stages: int | None = None,
 ) -> dict:
     """The backward's settings for whole rows of N > ``ROW_LIMIT`` read twice (``reread_rows``): one row a
     tile, in its pieces (``row_pieces``), on ``warps``, ``per_sm`` persistent programs a multiprocessor
-    and ``stages`` (by default ``REREAD_STAGES``, as deep as fits); 16-bit x sums dgamma in float32 over
-    a program's rows (rows / programs terms), and float64 across programs."""
+    and ``stages`` (by default ``REREAD_STAGES``, as deep as fits, with dh with a ``residual``); 16-bit x
+    sums dgamma in float32 over a program's rows (rows / programs terms), and float64 across programs."""
     block_n, block_n2 = row_pieces(n)
     programs = min(rows, per_sm * gpu.sms)
     if stages is None:
-        stages = stages_that_fit(REREAD_STAGES[x_bytes], reread_stage_bytes(n, x_bytes, gamma_bytes), gpu.smem_bytes)
+        stages = stages_that_fit(
+            REREAD_STAGES[x_bytes], reread_stage_bytes(n, x_bytes, gamma_bytes, residual), gpu.smem_bytes
+        )
     return dict(
         bwd_branch="reread_rows",
         looped=False,
@@ -393,10 +396,10 @@ def reread_backward(
     )
 
 
-def reread_stage_bytes(n: int, x_bytes: int, gamma_bytes: int) -> int:
-    """Shared memory a pipeline stage of the backward over rows read twice takes: both reads of x and dy
-    and the load of gamma, over the row's pieces."""
-    return sum(row_pieces(n)) * (4 * x_bytes + gamma_bytes)
+def reread_stage_bytes(n: int, x_bytes: int, gamma_bytes: int, residual: bool) -> int:
+    """Shared memory a pipeline stage of the backward over rows read twice takes: both reads of x and dy,
+    the load of gamma and, with a ``residual``, of dh, over the row's pieces."""
+    return sum(row_pieces(n)) * ((4 + residual) * x_bytes + gamma_bytes)
 
 
 def looped_backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> dict:

@@ -181,7 +181,8 @@ def rmsnorm_backward(
     # the forward planned for (saved-tensor hooks), and dy has any layout.
     dh2 = dy2 if dh is None else as_rows(dh, n)  # read only with HAS_DH
     vec = vector_width(n, x2, dy2, dh2, traced=launch is not direct)
-    p = p or plan_for(x2, gamma, vec)  # the backward's settings do not depend on the vector width
+    # The backward's settings do not depend on the vector width; with dh they leave room for its loads.
+    p = p or plan_for(x2, gamma, vec, residual=dh is not None)
     sdy, sx, sdh = dy2.stride(0), x2.stride(0), dh2.stride(0)
     fp64 = x.dtype == torch.float64  # computed in float64, as the oracle computes float64
     if p.looped:
