@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from rmsnorm_kernel import ContractError, RMSNorm, call_counts, rmsnorm, rmsnorm_reference
+from rmsnorm_kernel.ops import launch
 from rmsnorm_kernel.ops.contract import MAX_N
 from rmsnorm_kernel.ops.tolerances import compare
 from rmsnorm_kernel.testing import make_inputs
@@ -22,6 +23,18 @@ def test_non_finite_value_gives_the_reference_result_on_its_row_and_spares_the_o
     clean = torch.tensor([0, 1, 3, 4])
     assert torch.isfinite(y[clean]).all()
     assert torch.equal(y[clean], rmsnorm(x[clean].contiguous(), gamma))  # the other rows are untouched
+
+
+@pytest.mark.parametrize("n, branch", [(257, "whole_rows"), (8704, "reread_rows"), (8193, "looped")])
+def test_a_nan_in_x_gives_the_reference_gradients_on_its_row_and_spares_the_others(n, branch, device):
+    x, gamma, dy = make_inputs((3, n), torch.float32, device)
+    assert launch.plan_for(x, gamma).bwd_branch == branch
+    x[1, 100] = float("nan")
+    xl, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+    rmsnorm(xl, gamma).backward(dy)
+    rmsnorm_reference(xr, gamma).backward(dy)
+    assert compare(xl.grad, xr.grad).ok  # NaN where the reference has NaN, the same values elsewhere
+    assert torch.isnan(xl.grad[1]).all() and torch.isfinite(xl.grad[[0, 2]]).all()
 
 
 def test_non_finite_upstream_gradient_stays_on_its_row(device):
