@@ -89,7 +89,7 @@ def backward_variants(
     if base.vec > 1:
         out["vec1"] = dataclasses.replace(base, vec=1)
     if triton.next_power_of_2(n) > launch.ROW_LIMIT:
-        looped = dataclasses.replace(base, **launch.looped_backward(rows, n, gpu, x_bytes, gamma_bytes))
+        looped = dataclasses.replace(base, **launch.looped_backward(rows, n, gpu, x_bytes, gamma_bytes, False))
         out["two_steps"] = looped
         for chunk, warps in STATS:
             out[f"stats{chunk}_w{warps}"] = dataclasses.replace(looped, stats_block_n=chunk, stats_warps=warps)

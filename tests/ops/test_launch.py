@@ -56,13 +56,17 @@ def _power_of_two(v: int) -> bool:
     return v >= 1 and v & (v - 1) == 0
 
 
-def pipelined_loads(p: launch.Plan, x_bytes: int, gamma_bytes: int) -> dict[str, tuple[int, int]]:
+def pipelined_loads(p: launch.Plan, x_bytes: int, gamma_bytes: int, residual: bool) -> dict[str, tuple[int, int]]:
     """kernel -> (stages, bytes one loop iteration loads): what its software pipeline buffers."""
     if p.fwd_two_pass:
         fwd = p.block_n * (x_bytes + gamma_bytes)  # the second pass loads x and gamma
     else:
-        fwd = p.fwd_block_m * p.block_n * x_bytes
-    out = {"forward": (p.fwd_stages, fwd), "backward": (p.bwd_stages, 2 * p.bwd_block_m * p.bwd_block_n * x_bytes)}
+        fwd = p.fwd_block_m * p.block_n * (1 + residual) * x_bytes  # x, and the residual
+    # The backward loads x and dy over the row's pieces, again with gamma when it reads rows twice, and
+    # dh with a residual.
+    lanes = p.bwd_block_m * (p.bwd_block_n + p.bwd_block_n2)
+    bwd = lanes * ((4 if p.bwd_reread else 2) + residual) * x_bytes + (lanes * gamma_bytes if p.bwd_reread else 0)
+    out = {"forward": (p.fwd_stages, fwd), "backward": (p.bwd_stages, bwd)}
     if p.looped:
         out["row statistics"] = (p.bwd_stages, p.stats_block_n * (2 * x_bytes + gamma_bytes))
     return out
@@ -83,7 +87,7 @@ def test_every_plan_s_pipeline_buffers_fit_the_gpu_s_shared_memory():
     scratch of its own (``SMEM_RESERVE_BYTES``); a launch that asks for more than the GPU has fails."""
     for key, gpu, args in PROBLEMS:
         p = launch.plan(*args)
-        for kernel, (stages, per_stage) in pipelined_loads(p, args[4], args[5]).items():
+        for kernel, (stages, per_stage) in pipelined_loads(p, *args[4:]).items():
             assert stages >= 1, (key, kernel, p)
             used = (stages - 1) * per_stage + launch.SMEM_RESERVE_BYTES
             assert used <= gpu.smem_bytes, (key, kernel, p)

@@ -259,7 +259,9 @@ def _forward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, residual: bool
     # a prologue.
     programs = min(tiles, UNALIGNED_FWD_PROGRAMS_PER_SM * gpu.sms)
     stages = (
-        stages_that_fit(UNALIGNED_FWD_STAGES, block_m * block_n * x_bytes, gpu.smem_bytes) if programs < tiles else 1
+        stages_that_fit(UNALIGNED_FWD_STAGES, (1 + residual) * block_m * block_n * x_bytes, gpu.smem_bytes)
+        if programs < tiles
+        else 1
     )
     return dict(fwd_branch="whole_rows_persistent", fwd_programs=programs, fwd_stages=stages, **whole)
 
@@ -314,7 +316,7 @@ def _backward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, gamma_bytes: 
     if triton.next_power_of_2(n) > ROW_LIMIT:  # x, dy and dgamma's share of a row do not fit one program
         if vec * x_bytes == 16 and reread_rows(n, x_bytes):
             return reread_backward(rows, n, gpu, x_bytes, gamma_bytes, residual)
-        return looped_backward(rows, n, gpu, x_bytes, gamma_bytes)
+        return looped_backward(rows, n, gpu, x_bytes, gamma_bytes, residual)
     narrow = triton.next_power_of_2(n) * x_bytes <= NARROW_ROW_BYTES
     unaligned = vec * x_bytes < 16
     # Two pieces for narrow rows and rows off 16 bytes; for wider aligned rows they were slower on these
@@ -338,9 +340,10 @@ def _backward(rows: int, n: int, gpu: Gpu, vec: int, x_bytes: int, gamma_bytes: 
         block_m = min(block_m, triton.next_power_of_2(triton.cdiv(int(rows), min_tiles)))
     tiles = triton.cdiv(rows, block_m)
     programs = min(tiles, per_sm * gpu.sms)
-    # the pipelines of the programs a multiprocessor holds share its shared memory
+    # the pipelines of the programs a multiprocessor holds share its shared memory; a stage holds a tile
+    # of x and dy, and of dh with a residual
     smem = gpu.smem_bytes // per_sm
-    stages = stages_that_fit(wanted, 2 * block_m * lanes * x_bytes, smem) if programs < tiles else 1
+    stages = stages_that_fit(wanted, (2 + residual) * block_m * lanes * x_bytes, smem) if programs < tiles else 1
     return dict(
         bwd_branch="whole_rows",
         looped=False,
@@ -402,14 +405,15 @@ def reread_stage_bytes(n: int, x_bytes: int, gamma_bytes: int, residual: bool) -
     return sum(row_pieces(n)) * ((4 + residual) * x_bytes + gamma_bytes)
 
 
-def looped_backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int) -> dict:
+def looped_backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int, residual: bool) -> dict:
     """The backward's settings for rows of N > ``ROW_LIMIT`` in two steps (``looped_kernels.py``): row
     statistics in chunks of ``STATS_BLOCK_N``, then dx and dgamma over (row programs x column segments of
     ``SEG_BLOCK_N``)."""
     segments = triton.cdiv(n, SEG_BLOCK_N)
     programs = max(1, min(triton.cdiv(rows, SEG_BLOCK_M), SEG_PROGRAMS_PER_SM * gpu.sms // segments))
-    # One depth for both steps: the one whose loads (row statistics: x, dy and gamma) take more room.
-    per_stage = max(STATS_BLOCK_N * (2 * x_bytes + gamma_bytes), 2 * SEG_BLOCK_M * SEG_BLOCK_N * x_bytes)
+    # One depth for both steps: the one whose loads (row statistics: x, dy and gamma; dx: x, dy and, with
+    # a residual, dh) take more room.
+    per_stage = max(STATS_BLOCK_N * (2 * x_bytes + gamma_bytes), (2 + residual) * SEG_BLOCK_M * SEG_BLOCK_N * x_bytes)
     return dict(
         bwd_branch="looped",
         looped=True,
