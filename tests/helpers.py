@@ -99,3 +99,23 @@ def markdown_rows(text: str) -> list[list[str]]:
             continue
         rows.append(cells)
     return rows
+
+
+#: Keywords of a launch that are options of the launch, not parameters of the kernel.
+LAUNCH_OPTIONS = {"num_warps", "num_stages"}
+
+
+def launch_checking_parameters(kernel):
+    """A ``launch`` for the launchers (or a stand-in for a kernel) that refuses a keyword the kernel does
+    not declare: Triton's interpreter ignores one, a GPU's compile refuses it."""
+
+    class Checked:
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                unknown = set(kwargs) - set(kernel.arg_names) - LAUNCH_OPTIONS
+                assert not unknown, f"{kernel.fn.__name__} has no parameter {sorted(unknown)}"
+                return kernel[grid](*args, **kwargs)
+
+            return run
+
+    return Checked()

@@ -12,6 +12,7 @@ from rmsnorm_kernel.ops import kernels, launch, launchers, looped_kernels
 from rmsnorm_kernel.ops.reference import add_oracle, manual_backward
 from rmsnorm_kernel.ops.tolerances import TOLERANCES, compare, tolerance_dtype
 from rmsnorm_kernel.testing import make_inputs
+from tests.helpers import launch_checking_parameters
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 F32, F16, BF16 = DTYPES
@@ -140,12 +141,14 @@ BRANCH_CASES = [
     ((5, 4096), torch.float32),
     ((17, 3000), torch.bfloat16),
     ((3, 8193), torch.float32),
+    ((2, 8704), torch.float32),
     ((2, 16384), torch.bfloat16),
     ((2, 20000), torch.bfloat16),
 ]
 # Of those, the default tier runs the SiLU, the numerics modes and the residual add on these, which run
-# every kernel (asserted below); with a residual, also on (2, 16384), its own branch.
-KERNEL_CASES = {((17, 257), BF16), ((17, 3000), BF16), ((3, 8193), F32), ((2, 16384), BF16)}
+# every kernel (asserted below), the backward of rows read twice in one piece (16384) and in two (8704);
+# with a residual, also on (2, 16384), its own branch.
+KERNEL_CASES = {((17, 257), BF16), ((17, 3000), BF16), ((3, 8193), F32), ((2, 8704), F32), ((2, 16384), BF16)}
 
 
 @pytest.mark.parametrize("shape, dtype", grid(BRANCH_CASES, KERNEL_CASES), ids=str)
@@ -154,6 +157,16 @@ def test_norm_then_silu_matches_oracle(shape, dtype, device):
     y, _, _ = assert_matches_oracle(x, gamma, dy, activation="silu")
     # and it is not the plain norm: SiLU moved the outputs (silu(y) = y only at y = 0)
     assert not compare(y, oracle(x, gamma, dy)[0]).ok
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+def test_launchers_pass_each_kernel_its_own_parameters_only_in_every_branch(residual, device):
+    for shape, dtype in BRANCH_CASES:
+        x, gamma, dy = make_inputs(shape, dtype, device)
+        r = x.flip(0) if residual else None
+        out = launchers.rmsnorm_forward(x, gamma, 1e-6, launch=launch_checking_parameters, residual=r)
+        h = out[1] if residual else x
+        launchers.rmsnorm_backward(dy, h, gamma, 1e-6, launch=launch_checking_parameters, dh=dy if residual else None)
 
 
 def test_branch_cases_take_every_branch_of_each_direction(device):
@@ -193,6 +206,8 @@ def test_numerics_modes_with_silu_match_their_oracle(mode, device):
     x, gamma, dy = make_inputs((3, 8193), torch.bfloat16, device)  # the looped backward: silu in two kernels
     assert_matches_oracle(x, gamma, dy, activation="silu", mode=mode)
     x, gamma, dy = make_inputs((17, 257), torch.bfloat16, device)
+    assert_matches_oracle(x, gamma, dy, activation="silu", mode=mode)
+    x, gamma, dy = make_inputs((2, 8704), torch.float32, device)  # rows read twice, in two pieces
     assert_matches_oracle(x, gamma, dy, activation="silu", mode=mode)
 
 
@@ -359,7 +374,11 @@ def test_rows_of_a_wider_tensor_are_read_in_place(n, device, monkeypatch):
     assert not x.is_contiguous()
     p = launch.plan_for(x, gamma)
     fwd_name = "_rmsnorm_fwd_chunked_kernel" if p.fwd_two_pass else "_rmsnorm_fwd_kernel"
-    bwd_name = "_rmsnorm_bwd_row_stats_kernel" if p.looped else "_rmsnorm_bwd_kernel"
+    bwd_name = {
+        "looped": "_rmsnorm_bwd_row_stats_kernel",
+        "reread_rows": "_rmsnorm_bwd_reread_kernel",
+        "whole_rows": "_rmsnorm_bwd_kernel",
+    }[p.bwd_branch]
     bwd_module = looped_kernels if p.looped else kernels
     spies = {name: _LaunchSpy(getattr(m, name)) for m, name in ((kernels, fwd_name), (bwd_module, bwd_name))}
     monkeypatch.setattr(kernels, fwd_name, spies[fwd_name])

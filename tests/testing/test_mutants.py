@@ -11,6 +11,7 @@ from rmsnorm_kernel import oracle, rmsnorm
 from rmsnorm_kernel.ops import kernels, launch
 from rmsnorm_kernel.ops.tolerances import compare
 from rmsnorm_kernel.testing import make_inputs, mutants
+from tests.helpers import launch_checking_parameters
 
 EPS = 1e-6
 #: The whole-row kernels that have a mutant, and how many means each computes: the forward's mean of
@@ -67,3 +68,11 @@ def test_mutant_refuses_rows_wider_than_the_row_limit(n, branch, device):
     assert launch.plan_for(x, gamma).bwd_branch == branch
     with pytest.raises(ValueError, match=f"N = {n} is wider than launch.ROW_LIMIT"):
         mutants.forward_block_mean(x, gamma, EPS)
+
+
+def test_mutants_are_launched_with_their_kernels_parameters_only(device, monkeypatch):
+    real = mutants.block_mean_kernel
+    monkeypatch.setattr(mutants, "block_mean_kernel", lambda name: launch_checking_parameters(real(name)))
+    x, gamma, dy = make_inputs((17, 257), torch.float32, device)
+    mutants.forward_block_mean(x, gamma, EPS)
+    mutants.dx_block_mean(dy, x, gamma, EPS)

@@ -14,15 +14,17 @@ stores silu(y) instead of y, and the backward, given the gradient of silu(y), fi
 and r and multiplies by silu'(y) (``_silu_grad``). y never goes to memory and back, which saves a
 read and a write of the activations in each direction over a separate SiLU.
 
-Two shapes of kernel (``launch.py`` decides which runs, with which tile and grid):
+Three shapes of kernel (``launch.py`` decides which runs, with which tile and grid):
 
 - Whole rows: a program holds BLOCK_M complete rows of BLOCK_N = next_power_of_2(N) lanes in registers,
   so x and dy are read from memory once. The lanes past N are masked and read as 0: they add nothing to
   the sums, but they are not elements, so every mean divides by N, never by BLOCK_N.
+- Rows too long for one program's registers to hold x, dy and dgamma's share at once: in the
+  backward, whole rows one at a time, read twice, the second time from L2 (``_rmsnorm_bwd_reread_kernel``).
 - Rows walked in column chunks of BLOCK_N: the forward in two passes (the sum of squares, then y; the
   second read from L2), one program a row; the backward in two steps (row statistics, then dx and
-  dgamma) for rows too long for one program's registers (up to contract.MAX_N = 65536), whose two
-  kernels are in ``looped_kernels.py``.
+  dgamma) for the long rows not read twice (up to contract.MAX_N = 65536), whose two kernels are in
+  ``looped_kernels.py``.
 
 Vector loads: the launcher passes VEC, the widest load N and the row strides allow, and each kernel first
 writes ``N = N // VEC * VEC``, the same value, which the compiler now knows to be a multiple of VEC. The
@@ -169,13 +171,14 @@ def _load_gamma(GAMMA, cols, mask, ACC: tl.constexpr, WEIGHT_OFFSET: tl.constexp
 
 @triton.jit
 def _bwd_u(x, dy, gamma, r, X_DTYPE: tl.constexpr, SILU: tl.constexpr, ROUND_NORM: tl.constexpr):
-    # (n, dy, u = dy * gamma) of one piece of the tile; dy taken back through the SiLU with SILU
-    n = x * r[:, None]
+    # (n, dy, u = dy * gamma) of one piece of a row or a tile (r and gamma broadcast to x's shape); dy
+    # taken back through the SiLU with SILU
+    n = x * r
     if ROUND_NORM:  # as the forward did; its gradient is the identity, as autograd takes it
         n = _rounded(n, X_DTYPE).to(x.dtype)
     if SILU:  # dy is the gradient of silu(y): take it back through the SiLU
-        dy = dy * _silu_grad(n * gamma[None, :])
-    return n, dy, dy * gamma[None, :]
+        dy = dy * _silu_grad(n * gamma)
+    return n, dy, dy * gamma
 
 
 @triton.jit
@@ -213,13 +216,8 @@ def _rmsnorm_bwd_kernel(
     HAS_DH: tl.constexpr,
     FP64: tl.constexpr,
     ROWWISE_DGAMMA: tl.constexpr,
-    REREAD: tl.constexpr,
 ):
     ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
-    # With REREAD (rows too wide for x, dy, their sums and dgamma's share to fit one program's registers
-    # together) x and dy are read twice: for the row sums, kept in cache (evict_last), and again, from
-    # there, for dx and dgamma. Memory traffic stays one read of each.
-    KEEP: tl.constexpr = "evict_last" if REREAD else ""
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     N = N // VEC * VEC  # vector loads
@@ -233,10 +231,9 @@ def _rmsnorm_bwd_kernel(
     if BLOCK_N2 > 0:
         cols2 = BLOCK_N + tl.arange(0, BLOCK_N2)
         col_mask2 = cols2 < N
-    if not REREAD:  # gamma held for all the program's rows; with REREAD loaded at each use, from cache
-        gamma = _load_gamma(GAMMA, cols, col_mask, ACC, WEIGHT_OFFSET)
-        if BLOCK_N2 > 0:
-            gamma2 = _load_gamma(GAMMA, cols2, col_mask2, ACC, WEIGHT_OFFSET)
+    gamma = _load_gamma(GAMMA, cols, col_mask, ACC, WEIGHT_OFFSET)[None, :]
+    if BLOCK_N2 > 0:
+        gamma2 = _load_gamma(GAMMA, cols2, col_mask2, ACC, WEIGHT_OFFSET)[None, :]
     # This program's share of dgamma, kept in registers across all its rows (no M x N scratch). Summed
     # over each tile's rows as it comes, in float64: a float32 running sum over thousands of rows drifts
     # by more than float32's tolerance; one float64 add per element costs no memory traffic. With
@@ -259,41 +256,21 @@ def _rmsnorm_bwd_kernel(
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64 before any * stride
         row_mask = rows < M
         mask = row_mask[:, None] & col_mask[None, :]
-        x = _load_rows(X, rows, stride_x, cols, mask, ACC, KEEP)
-        dy = _load_rows(DY, rows, stride_dy, cols, mask, ACC, KEEP)
+        x = _load_rows(X, rows, stride_x, cols, mask, ACC, "")
+        dy = _load_rows(DY, rows, stride_dy, cols, mask, ACC, "")
         sum_sq = tl.sum(x * x, axis=1)
         if BLOCK_N2 > 0:
             mask2 = row_mask[:, None] & col_mask2[None, :]
-            x2 = _load_rows(X, rows, stride_x, cols2, mask2, ACC, KEEP)
-            dy2 = _load_rows(DY, rows, stride_dy, cols2, mask2, ACC, KEEP)
+            x2 = _load_rows(X, rows, stride_x, cols2, mask2, ACC, "")
+            dy2 = _load_rows(DY, rows, stride_dy, cols2, mask2, ACC, "")
             sum_sq += tl.sum(x2 * x2, axis=1)
         r = _inv_sqrt(sum_sq / N + tl.cast(eps, ACC), FP64)  # the forward's r, same logical N
-        if REREAD:
-            gamma = _load_gamma(GAMMA, cols, col_mask, ACC, WEIGHT_OFFSET)
-            if BLOCK_N2 > 0:
-                gamma2 = _load_gamma(GAMMA, cols2, col_mask2, ACC, WEIGHT_OFFSET)
-        n, dy, u = _bwd_u(x, dy, gamma, r, X.dtype.element_ty, SILU, ROUND_NORM)
+        n, dy, u = _bwd_u(x, dy, gamma, r[:, None], X.dtype.element_ty, SILU, ROUND_NORM)
         sum_ux = tl.sum(u * x, axis=1)  # the padding lanes hold u * x = 0
         if BLOCK_N2 > 0:
-            n2, dy2, u2 = _bwd_u(x2, dy2, gamma2, r, X.dtype.element_ty, SILU, ROUND_NORM)
+            n2, dy2, u2 = _bwd_u(x2, dy2, gamma2, r[:, None], X.dtype.element_ty, SILU, ROUND_NORM)
             sum_ux += tl.sum(u2 * x2, axis=1)
         c = r * r * r * (sum_ux / N)  # N again, not the lanes
-        if REREAD:
-            # The second reads' mask waits on r, so that the compiler cannot issue them before the sums
-            # and hold both copies (r == r is false only for a NaN row: read as zeros, its dx and dgamma
-            # terms are NaN still).
-            row_n = tl.where(r == r, N, 0)[:, None]
-            again = row_mask[:, None] & (cols[None, :] < row_n)
-            x = _load_rows(X, rows, stride_x, cols, again, ACC, "evict_first")
-            dy = _load_rows(DY, rows, stride_dy, cols, again, ACC, "evict_first")
-            gamma = _load_gamma(GAMMA, cols, col_mask, ACC, WEIGHT_OFFSET)
-            n, dy, u = _bwd_u(x, dy, gamma, r, X.dtype.element_ty, SILU, ROUND_NORM)
-            if BLOCK_N2 > 0:
-                again2 = row_mask[:, None] & (cols2[None, :] < row_n)
-                x2 = _load_rows(X, rows, stride_x, cols2, again2, ACC, "evict_first")
-                dy2 = _load_rows(DY, rows, stride_dy, cols2, again2, ACC, "evict_first")
-                gamma2 = _load_gamma(GAMMA, cols2, col_mask2, ACC, WEIGHT_OFFSET)
-                n2, dy2, u2 = _bwd_u(x2, dy2, gamma2, r, X.dtype.element_ty, SILU, ROUND_NORM)
         _bwd_store_dx(DX, DH, rows, cols, mask, stride_dx, stride_dh, x, u, r, c, HAS_DH)
         if BLOCK_N2 > 0:
             _bwd_store_dx(DX, DH, rows, cols2, mask2, stride_dx, stride_dh, x2, u2, r, c, HAS_DH)
@@ -315,6 +292,120 @@ def _rmsnorm_bwd_kernel(
         tl.store(partial_row + cols, dgamma_acc, mask=col_mask)
         if BLOCK_N2 > 0:
             tl.store(partial_row + cols2, dgamma_acc2, mask=col_mask2)
+
+
+# --------------------------------------------------------------------------------------------------
+# Whole rows read twice: backward of rows past ROW_LIMIT, one row at a time
+# --------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _load_row(ROW, cols, mask, ACC: tl.constexpr, EVICT: tl.constexpr):
+    return tl.load(ROW + cols, mask=mask, other=0.0, eviction_policy=EVICT).to(ACC)
+
+
+@triton.jit
+def _rmsnorm_bwd_reread_kernel(
+    DY,
+    X,
+    DH,
+    GAMMA,
+    DX,
+    PARTIAL,
+    M,
+    N,
+    stride_dy,
+    stride_x,
+    stride_dh,
+    stride_dx,
+    eps,
+    BLOCK_N: tl.constexpr,
+    BLOCK_N2: tl.constexpr,
+    STAGES: tl.constexpr,
+    VEC: tl.constexpr,
+    SILU: tl.constexpr,
+    ROUND_NORM: tl.constexpr,
+    WEIGHT_OFFSET: tl.constexpr,
+    HAS_DH: tl.constexpr,
+    FP64: tl.constexpr,
+    ROWWISE_DGAMMA: tl.constexpr,
+):
+    ACC = tl.float64 if FP64 else tl.float32  # the compute dtype: float64 for float64 inputs
+    # The whole-row backward's formulas for rows too wide for x, dy, their sums and dgamma's share to fit
+    # one program's registers together: x and dy are read for the row sums, kept in cache (evict_last),
+    # and read again, from there, for dx and dgamma, so memory traffic stays one read of each. One row at
+    # a time.
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    N = N // VEC * VEC  # vector loads
+    stride_dy, stride_x, stride_dx = stride_dy // VEC * VEC, stride_x // VEC * VEC, stride_dx // VEC * VEC
+    stride_dh = stride_dh // VEC * VEC
+    # The row in one or two pieces, as in _rmsnorm_bwd_kernel.
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    if BLOCK_N2 > 0:
+        cols2 = BLOCK_N + tl.arange(0, BLOCK_N2)
+        col_mask2 = cols2 < N
+    # This program's share of dgamma, summed over its rows per element: in float32 with ROWWISE_DGAMMA
+    # (16-bit x, as in _rmsnorm_bwd_kernel), in float64 otherwise.
+    DGAMMA_ACC = tl.float32 if ROWWISE_DGAMMA else tl.float64
+    dgamma_acc = tl.zeros((BLOCK_N,), dtype=DGAMMA_ACC)
+    if BLOCK_N2 > 0:
+        dgamma_acc2 = tl.zeros((BLOCK_N2,), dtype=DGAMMA_ACC)
+    for row in tl.range(pid, M, num_programs, num_stages=STAGES):  # a fixed order: deterministic
+        row = tl.cast(row, tl.int64)  # int64 before any * stride
+        x_row, dy_row = X + row * stride_x, DY + row * stride_dy
+        dh_row, dx_row = DH + row * stride_dh, DX + row * stride_dx
+        x = _load_row(x_row, cols, col_mask, ACC, "evict_last")
+        dy = _load_row(dy_row, cols, col_mask, ACC, "evict_last")
+        gamma = _load_gamma(GAMMA, cols, col_mask, ACC, WEIGHT_OFFSET)
+        # Without SILU, u = dy * gamma needs no r: each piece's sum of u * x is taken as it is loaded,
+        # which frees its registers before r's reduction (held across it, the row spilled).
+        sum_sq = tl.sum(x * x, axis=0)
+        if not SILU:
+            sum_ux = tl.sum(dy * gamma * x, axis=0)
+        if BLOCK_N2 > 0:
+            x2 = _load_row(x_row, cols2, col_mask2, ACC, "evict_last")
+            dy2 = _load_row(dy_row, cols2, col_mask2, ACC, "evict_last")
+            gamma2 = _load_gamma(GAMMA, cols2, col_mask2, ACC, WEIGHT_OFFSET)
+            sum_sq += tl.sum(x2 * x2, axis=0)
+            if not SILU:
+                sum_ux += tl.sum(dy2 * gamma2 * x2, axis=0)
+        r = _inv_sqrt(sum_sq / N + tl.cast(eps, ACC), FP64)
+        if SILU:  # u needs silu'(y), and y needs r
+            _, _, u = _bwd_u(x, dy, gamma, r, X.dtype.element_ty, SILU, ROUND_NORM)
+            sum_ux = tl.sum(u * x, axis=0)
+            if BLOCK_N2 > 0:
+                _, _, u2 = _bwd_u(x2, dy2, gamma2, r, X.dtype.element_ty, SILU, ROUND_NORM)
+                sum_ux += tl.sum(u2 * x2, axis=0)
+        c = r * r * r * (sum_ux / N)
+        # The second reads' mask waits on r, so that the compiler cannot issue them before the sums and
+        # hold both copies (r == r is false only for a NaN row: read as zeros, its dx and dgamma terms
+        # are NaN still).
+        row_n = tl.where(r == r, N, 0)
+        x = _load_row(x_row, cols, cols < row_n, ACC, "evict_first")
+        dy = _load_row(dy_row, cols, cols < row_n, ACC, "evict_first")
+        gamma = _load_gamma(GAMMA, cols, col_mask, ACC, WEIGHT_OFFSET)
+        n, dy, u = _bwd_u(x, dy, gamma, r, X.dtype.element_ty, SILU, ROUND_NORM)
+        dx = r * u - x * c
+        if HAS_DH:  # x was h = x + residual, which also went on: its own gradient joins
+            dx += _load_row(dh_row, cols, col_mask, ACC, "")
+        tl.store(dx_row + cols, _rounded(dx, DX.dtype.element_ty), mask=col_mask)
+        dgamma_acc += (dy * n).to(DGAMMA_ACC)
+        if BLOCK_N2 > 0:
+            x2 = _load_row(x_row, cols2, cols2 < row_n, ACC, "evict_first")
+            dy2 = _load_row(dy_row, cols2, cols2 < row_n, ACC, "evict_first")
+            gamma2 = _load_gamma(GAMMA, cols2, col_mask2, ACC, WEIGHT_OFFSET)
+            n2, dy2, u2 = _bwd_u(x2, dy2, gamma2, r, X.dtype.element_ty, SILU, ROUND_NORM)
+            dx2 = r * u2 - x2 * c
+            if HAS_DH:
+                dx2 += _load_row(dh_row, cols2, col_mask2, ACC, "")
+            tl.store(dx_row + cols2, _rounded(dx2, DX.dtype.element_ty), mask=col_mask2)
+            dgamma_acc2 += (dy2 * n2).to(DGAMMA_ACC)
+    partial_row = PARTIAL + pid.to(tl.int64) * N  # row pid of the (P, N) partials
+    tl.store(partial_row + cols, dgamma_acc.to(tl.float64), mask=col_mask)
+    if BLOCK_N2 > 0:
+        tl.store(partial_row + cols2, dgamma_acc2.to(tl.float64), mask=col_mask2)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -183,7 +183,7 @@ class Plan:
     #: (docs/design.md).
     bwd_rowwise_dgamma: bool
     #: Whole rows too wide for one program to hold x, dy and its dgamma share at once: x and dy are read
-    #: for the row sums and again, from cache, for dx and dgamma (``kernels._rmsnorm_bwd_kernel``).
+    #: for the row sums and again, from cache, for dx and dgamma (``kernels._rmsnorm_bwd_reread_kernel``).
     bwd_reread: bool
     #: Backward grid: (programs along rows, column segments).
     bwd_grid: tuple[int, int]

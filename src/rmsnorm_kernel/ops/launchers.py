@@ -28,6 +28,7 @@ from .reference import output_dtype, residual_dtype
 FORWARD_KERNELS = ("_rmsnorm_fwd_kernel", "_rmsnorm_fwd_chunked_kernel")
 BACKWARD_KERNELS = (
     "_rmsnorm_bwd_kernel",
+    "_rmsnorm_bwd_reread_kernel",
     "_rmsnorm_bwd_row_stats_kernel",
     "_rmsnorm_bwd_looped_kernel",
     "_dgamma_column_sum_kernel",
@@ -236,7 +237,9 @@ def rmsnorm_backward(
         )
     else:
         partial = torch.empty((p.partial_rows, n), dtype=torch.float64, device=x.device)
-        launch(kernels._rmsnorm_bwd_kernel)[p.bwd_grid[:1]](
+        kernel = kernels._rmsnorm_bwd_reread_kernel if p.bwd_reread else kernels._rmsnorm_bwd_kernel
+        whole_rows = {} if p.bwd_reread else {"BLOCK_M": p.bwd_block_m}
+        launch(kernel)[p.bwd_grid[:1]](
             dy2,
             x2,
             dh2,
@@ -250,7 +253,7 @@ def rmsnorm_backward(
             sdh,
             n,
             eps,
-            BLOCK_M=p.bwd_block_m,
+            **whole_rows,
             BLOCK_N=p.bwd_block_n,
             BLOCK_N2=p.bwd_block_n2,
             STAGES=p.bwd_stages,
@@ -261,7 +264,6 @@ def rmsnorm_backward(
             HAS_DH=dh is not None,
             FP64=fp64,
             ROWWISE_DGAMMA=p.bwd_rowwise_dgamma,
-            REREAD=p.bwd_reread,
             num_warps=p.bwd_warps,
         )
     launch(kernels._dgamma_column_sum_kernel)[(triton.cdiv(n, p.sum_block_n),)](

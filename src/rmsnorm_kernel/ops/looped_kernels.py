@@ -106,7 +106,7 @@ def _rmsnorm_bwd_looped_kernel(
         coef = tl.load(COEF + rows, mask=row_mask, other=0.0)
         x = _load_rows(X, rows, stride_x, cols, mask, ACC, "")
         dy = _load_rows(DY, rows, stride_dy, cols, mask, ACC, "")
-        n, dy, u = _bwd_u(x, dy, gamma, r, X.dtype.element_ty, SILU, ROUND_NORM)
+        n, dy, u = _bwd_u(x, dy, gamma[None, :], r[:, None], X.dtype.element_ty, SILU, ROUND_NORM)
         _bwd_store_dx(DX, DH, rows, cols, mask, stride_dx, stride_dh, x, u, r, coef, HAS_DH)
         dgamma_acc += tl.sum(dy * n, axis=0).to(tl.float64)
     tl.store(PARTIAL + pid.to(tl.int64) * N + cols, dgamma_acc, mask=col_mask)

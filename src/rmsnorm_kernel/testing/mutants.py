@@ -151,7 +151,6 @@ def dx_block_mean(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, eps: f
         HAS_DH=False,
         FP64=x.dtype == torch.float64,
         ROWWISE_DGAMMA=p.bwd_rowwise_dgamma,
-        REREAD=p.bwd_reread,
         num_warps=p.bwd_warps,
     )
     return dx
