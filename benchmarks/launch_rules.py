@@ -96,8 +96,10 @@ def backward_variants(
         if sum(launch.row_pieces(n)) <= launch.REREAD_MAX_LANES:
             stage_bytes = launch.reread_stage_bytes(n, x_bytes, gamma_bytes, False)
             for warps, per_sm, stages in REREAD:
-                if launch.stages_that_fit(stages, stage_bytes, gpu.smem_bytes) == stages:
-                    settings = launch.reread_backward(rows, n, gpu, x_bytes, gamma_bytes, False, warps, per_sm, stages)
+                if launch.stages_that_fit(stages, stage_bytes, gpu.smem_bytes // per_sm) == stages:
+                    settings = launch.reread_backward(
+                        rows, n, gpu, x_bytes, gamma_bytes, False, (warps, per_sm, stages)
+                    )
                     out[f"reread_w{warps}_p{per_sm}_s{stages}"] = dataclasses.replace(base, **settings)
         return _without_repeats(out)
     lanes = base.bwd_block_n + base.bwd_block_n2  # the shipped plan's pieces of a row

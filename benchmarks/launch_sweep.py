@@ -72,7 +72,7 @@ SHAPES: dict[tuple[int, int, str], tuple[str, ...]] = {
     (16384, 7168, "bfloat16"): ("l2_share_0.2",),
     (65536, 2048, "bfloat16"): ("bwd_tile_8k", "bwd_s3"),
     (8192, 4097, "float16"): ("unaligned_pps4_s3",),
-    (16384, 9216, "bfloat16"): ("stats_8192_w16",),
+    (8192, 16384, "float32"): ("stats_8192_w16",),
     (2048, 65536, "bfloat16"): ("loop_s2", "loop_chunk8192", "seg_pps4"),
 }
 BASE = "base"

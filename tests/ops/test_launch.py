@@ -172,17 +172,21 @@ def test_every_plan_gives_the_kernels_shapes_they_can_run():
 
 
 @pytest.mark.parametrize(
-    "n, dtype, residual, stages",
+    "n, dtype, residual, settings",
     [
-        (9728, torch.float32, False, 2),  # 8192 + 2048 lanes: both reads' stage buffers take 200 KiB of 227
-        (9728, torch.float32, True, 1),  # with dh's loads too a second stage would take 240 KiB
-        (12288, torch.float32, False, 1),  # 8192 + 4096 lanes: a second stage would take 240 KiB
-        (16384, torch.bfloat16, False, 1),  # 16-bit rows are not pipelined
+        (9728, torch.float32, False, (16, 1, 2)),  # 8192 + 2048 lanes: both reads' stage buffers take 200 KiB of 227
+        (9728, torch.float32, True, (16, 1, 1)),  # with dh's loads too a second stage would take 240 KiB
+        (12288, torch.float32, False, (16, 1, 1)),  # 8192 + 4096 lanes: a second stage would take 240 KiB
+        (16384, torch.bfloat16, False, (32, 1, 1)),  # one stage asked for
+        (10240, torch.bfloat16, False, (8, 2, 2)),  # two programs a multiprocessor, 100 KiB a stage each
+        (12288, torch.bfloat16, False, (16, 1, 2)),  # two programs' stages would take 240 KiB: one of 16 warps
+        (10240, torch.bfloat16, True, (16, 1, 2)),  # with dh's loads, the same
     ],
 )
-def test_rows_read_twice_are_pipelined_only_in_float32_and_only_where_every_load_fits(n, dtype, residual, stages):
+def test_rows_read_twice_are_pipelined_only_where_every_load_of_each_program_fits(n, dtype, residual, settings):
     p = launch.plan(4096, n, launch.H200, None, dtype.itemsize, dtype.itemsize, residual)
-    assert p.bwd_branch == "reread_rows" and p.bwd_stages == stages
+    assert p.bwd_branch == "reread_rows"
+    assert (p.bwd_warps, p.bwd_grid[0] // launch.H200.sms, p.bwd_stages) == settings
 
 
 def test_the_chunked_forward_keeps_its_rows_in_flight_within_its_l2_share():

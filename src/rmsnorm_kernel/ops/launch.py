@@ -84,15 +84,17 @@ NARROW_STAGES = 3
 # Backward, small problems: tiles shrink until there are at least this many a multiprocessor
 BWD_MIN_TILES_PER_SM = 0.5
 # Backward, rows longer than ROW_LIMIT whose pieces (row_pieces) are at most REREAD_MAX_LANES lanes and
-# hold more than REREAD_MIN_ROW_BYTES and at most REREAD_MAX_ROW_BYTES of x: whole rows, one a program at
-# a time, x and dy read twice (the second time from cache), on REREAD_WARPS and one program a
-# multiprocessor, REREAD_STAGES deep (by x's element size) where that fits. The others, and rows off 16
-# bytes: two steps.
+# hold at most REREAD_MAX_ROW_BYTES of x: whole rows, one a program at a time, x and dy read twice (the
+# second time from cache), on the (warps, programs a multiprocessor, stages) of the first row of
+# REREAD_SETTINGS whose bytes the pieces do not pass, as deep as fits; where two programs' stages do not
+# fit a multiprocessor, one program of their warps. The others, and rows off 16 bytes: two steps.
 REREAD_MAX_LANES = 16384
-REREAD_MIN_ROW_BYTES = 24 * 1024
 REREAD_MAX_ROW_BYTES = 48 * 1024
-REREAD_WARPS = 16
-REREAD_STAGES = {2: 1, 4: 2}
+REREAD_SETTINGS = (
+    (24 * 1024, 8, 2, 2),  # 16-bit rows in two pieces: 8193-12288
+    (32 * 1024, 32, 1, 1),  # 16-bit rows of 12289-16384
+    (REREAD_MAX_ROW_BYTES, 16, 1, 2),  # float32 rows of 8193-12288
+)
 LOOP_STAGES = 3
 STATS_BLOCK_N = 2048
 STATS_WARPS = 4
@@ -368,20 +370,21 @@ def reread_backward(
     x_bytes: int,
     gamma_bytes: int,
     residual: bool,
-    warps: int = REREAD_WARPS,
-    per_sm: int = BWD_PROGRAMS_PER_SM,
-    stages: int | None = None,
+    settings: tuple[int, int, int] | None = None,
 ) -> dict:
     """The backward's settings for whole rows of N > ``ROW_LIMIT`` read twice (``reread_rows``): one row a
-    tile, in its pieces (``row_pieces``), on ``warps``, ``per_sm`` persistent programs a multiprocessor
-    and ``stages`` (by default ``REREAD_STAGES``, as deep as fits, with dh with a ``residual``); 16-bit x
-    sums dgamma in float32 over a program's rows (rows / programs terms), and float64 across programs."""
+    tile, in its pieces (``row_pieces``), on ``settings`` = (warps, programs a multiprocessor, stages), as
+    deep as the stage buffers of the programs a multiprocessor holds fit, with dh's with a ``residual``.
+    By default the row's line of ``REREAD_SETTINGS``, as one program of all its warps where its programs'
+    stages do not fit together. 16-bit x sums dgamma in float32 over a program's rows (rows / programs
+    terms), and float64 across programs."""
     block_n, block_n2 = row_pieces(n)
+    row_bytes = (block_n + block_n2) * x_bytes
+    stage_bytes = reread_stage_bytes(n, x_bytes, gamma_bytes, residual)
+    warps, per_sm, stages = settings or next(s[1:] for s in REREAD_SETTINGS if row_bytes <= s[0])
+    if settings is None and stages_that_fit(stages, stage_bytes, gpu.smem_bytes // per_sm) < stages:
+        warps, per_sm = warps * per_sm, 1  # the same warps as one program, rather than a shallower pipeline
     programs = min(rows, per_sm * gpu.sms)
-    if stages is None:
-        stages = stages_that_fit(
-            REREAD_STAGES[x_bytes], reread_stage_bytes(n, x_bytes, gamma_bytes, residual), gpu.smem_bytes
-        )
     return dict(
         bwd_branch="reread_rows",
         looped=False,
@@ -393,7 +396,7 @@ def reread_backward(
         bwd_rowwise_dgamma=x_bytes == 2,
         bwd_reread=True,
         bwd_grid=(programs, 1),
-        bwd_stages=stages,
+        bwd_stages=stages_that_fit(stages, stage_bytes, gpu.smem_bytes // per_sm),
         stats_block_n=0,
         stats_warps=0,
     )
@@ -433,11 +436,11 @@ def looped_backward(rows: int, n: int, gpu: Gpu, x_bytes: int, gamma_bytes: int,
 
 def reread_rows(n: int, x_bytes: int) -> bool:
     """Whether an aligned row of N > ``ROW_LIMIT`` takes the one-kernel backward that reads x and dy
-    twice (``Plan.bwd_reread``): where its pieces are at most ``REREAD_MAX_LANES`` lanes holding more than
-    ``REREAD_MIN_ROW_BYTES`` and at most ``REREAD_MAX_ROW_BYTES`` of x (16-bit rows of 12289-16384,
-    float32 rows of 8193-12288), where it measured faster than the two steps (docs/design.md)."""
+    twice (``Plan.bwd_reread``): where its pieces are at most ``REREAD_MAX_LANES`` lanes holding at most
+    ``REREAD_MAX_ROW_BYTES`` of x (16-bit rows of 8193-16384, float32 rows of 8193-12288), where it
+    measured faster than the two steps (docs/design.md)."""
     lanes = sum(row_pieces(n))
-    return lanes <= REREAD_MAX_LANES and REREAD_MIN_ROW_BYTES < lanes * x_bytes <= REREAD_MAX_ROW_BYTES
+    return lanes <= REREAD_MAX_LANES and lanes * x_bytes <= REREAD_MAX_ROW_BYTES
 
 
 def row_pieces(n: int) -> tuple[int, int]:
