@@ -2,6 +2,7 @@
 row layouts the contract accepts."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -548,6 +549,24 @@ def test_tensor_over_2_31_elements(device):
         for start in range(0, m, 4096):
             dgamma_ref += manual_backward(x[start : start + 4096], gamma, dy[start : start + 4096])[1]
         assert compare(gl.grad, dgamma_ref, dtype=torch.bfloat16).ok
+
+
+def test_two_step_row_statistics_give_r_rounded_once_to_float32(device):
+    """dgamma sums dy * x * r over every row, so r a few units of float32 off in each row put float32 dgamma
+    past its tolerance at 10082 x 13312. The row statistics sum the squares in float64: the r they store
+    is within half a unit of float32 of the float64 value."""
+    rows, n = 64, 13312
+    x, gamma, dy = make_inputs((rows, n), torch.float32, device)
+    p = launch.plan_for(x, gamma)
+    assert p.looped
+    r, coef = torch.empty(rows, device=device), torch.empty(rows, device=device)
+    looped_kernels._rmsnorm_bwd_row_stats_kernel[(rows,)](
+        dy, x, gamma, r, coef, n, dy.stride(0), x.stride(0), 1e-6,
+        BLOCK_N=p.stats_block_n, STAGES=1, VEC=4, SILU=False, ROUND_NORM=False, WEIGHT_OFFSET=False, FP64=False,
+    )  # fmt: skip
+    want = torch.rsqrt(x.double().pow(2).mean(dim=1) + 1e-6)
+    half_unit = (want.float().nextafter(torch.tensor(math.inf, device=device)) - want.float()).double() / 2
+    assert ((r.double() - want).abs() <= half_unit * (1 + 1e-6)).all()
 
 
 def test_the_named_kernels_of_each_direction_are_the_kernels_modules_define():

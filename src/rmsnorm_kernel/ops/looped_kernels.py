@@ -36,17 +36,20 @@ def _rmsnorm_bwd_row_stats_kernel(
     N, stride_dy, stride_x = N // VEC * VEC, stride_dy // VEC * VEC, stride_x // VEC * VEC  # vector loads
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
-    sum_sq = tl.zeros((BLOCK_N,), dtype=ACC)
+    # The sum of squares in float64, so that r is float32's correctly rounded value (one rounding, when
+    # it is stored): dgamma sums dy * x * r over every row, and r off by a few units of float32 in each
+    # row put float32 dgamma past its tolerance at about 10^4 rows (docs/design.md).
+    sum_sq = tl.zeros((BLOCK_N,), dtype=tl.float64)
     sum_ux = tl.zeros((BLOCK_N,), dtype=ACC)
     for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
         mask = start + cols < N
         x = tl.load(X + row * stride_x + start + cols, mask=mask, other=0.0).to(ACC)
         dy = tl.load(DY + row * stride_dy + start + cols, mask=mask, other=0.0).to(ACC)
         gamma = _scale(tl.load(GAMMA + start + cols, mask=mask, other=0.0).to(ACC), WEIGHT_OFFSET)
-        sum_sq += x * x
+        sum_sq += x.to(tl.float64) * x.to(tl.float64)
         if not SILU:
             sum_ux += dy * gamma * x
-    r = _inv_sqrt(tl.sum(sum_sq, axis=0) / N + tl.cast(eps, ACC), FP64)
+    r = _inv_sqrt(tl.sum(sum_sq, axis=0) / N + tl.cast(eps, tl.float64), True).to(ACC)
     if SILU:  # u needs silu'(y), and y needs r: a second walk over the row, once r is known
         for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
             mask = start + cols < N
