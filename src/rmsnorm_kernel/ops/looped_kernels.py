@@ -36,9 +36,8 @@ def _rmsnorm_bwd_row_stats_kernel(
     N, stride_dy, stride_x = N // VEC * VEC, stride_dy // VEC * VEC, stride_x // VEC * VEC  # vector loads
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
-    # The sum of squares in float64, so that r is float32's correctly rounded value (one rounding, when
-    # it is stored): dgamma sums dy * x * r over every row, and r off by a few units of float32 in each
-    # row put float32 dgamma past its tolerance at about 10^4 rows (docs/design.md).
+    # The sum of squares in float64, so that r is rounded once, when stored: dgamma sums dy * x * r over
+    # every row, so an error in each row's r adds up in float32 dgamma (docs/design.md).
     sum_sq = tl.zeros((BLOCK_N,), dtype=tl.float64)
     sum_ux = tl.zeros((BLOCK_N,), dtype=ACC)
     for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
